@@ -1,0 +1,323 @@
+"""The ``nbcast`` command.
+
+Output is for people (rich tables) unless ``--json`` is given, then for programs.
+Any :class:`~nbcast.errors.NbcastError` prints one line, ``error: …``, on stderr and
+exits with status 2, the same status click uses for bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nbcast.config import Settings, load_settings
+from nbcast.errors import NbcastError
+
+__all__ = ["cli", "main"]
+
+
+@dataclass
+class AppContext:
+    """Lazily opened state shared by the commands of one invocation."""
+
+    settings: Settings
+    _db: Any = field(default=None, repr=False)
+
+    @property
+    def db(self) -> Any:
+        """The database, opened (and migrated) on first use."""
+        if self._db is None:
+            from nbcast.db import Database
+
+            self._db = Database.open(self.settings.database_url)
+        return self._db
+
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    _console().print(table)
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else ""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nbcast")
+@click.option(
+    "--tenant",
+    envvar="NBCAST_TENANT",
+    default=None,
+    help="Tenant to act for (default: NBCAST_TENANT or 'default').",
+)
+@click.pass_context
+def cli(ctx: click.Context, tenant: str | None) -> None:
+    """nbcast: scheduled, versioned reports from Jupyter notebooks."""
+    settings = load_settings()
+    if tenant:
+        settings = Settings(
+            home=settings.home,
+            database_url=settings.database_url,
+            tenant=tenant,
+            user=settings.user,
+        )
+    ctx.obj = AppContext(settings)
+
+
+# -- db ----------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+@pass_app
+def db_upgrade(app: AppContext) -> None:
+    """Apply all migrations (also done automatically on first use)."""
+    from nbcast.db import Database
+
+    database = Database.open(app.settings.database_url, upgrade=False)
+    before = database.current_revision()
+    database.upgrade()
+    after = database.current_revision()
+    click.echo(f"database {database.safe_url}: {before or 'empty'} -> {after}")
+
+
+# -- definitions ---------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--name", help="Definition name (default: metadata 'name', else file stem).")
+@click.option("-m", "--message", default="", help="What changed in this version.")
+@click.option("--author", envvar="NBCAST_USER", default=None, help="Author to record.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def publish(
+    app: AppContext, path: Path, name: str | None, message: str, author: str | None, as_json: bool
+) -> None:
+    """Publish the notebook PATH as a new immutable version."""
+    from nbcast.definitions.versions import prepare
+    from nbcast.definitions.versions import publish as do_publish
+
+    prepare(path, name)  # validate everything before the database is opened
+    result = do_publish(
+        app.db,
+        path,
+        tenant=app.settings.tenant,
+        author=author or app.settings.user,
+        name=name,
+        message=message,
+    )
+    if as_json:
+        _emit_json(
+            {
+                "definition": result.definition,
+                "version": result.version,
+                "sha256": result.sha256,
+                "created": result.created,
+            }
+        )
+    elif result.created:
+        click.echo(f"published {result.definition} v{result.version} ({result.sha256[:12]})")
+    else:
+        click.echo(
+            f"{result.definition}: unchanged, still v{result.version} "
+            f"({result.sha256[:12]}); no new version"
+        )
+
+
+@cli.group()
+def definitions() -> None:
+    """List and inspect report definitions."""
+
+
+@definitions.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def definitions_list(app: AppContext, as_json: bool) -> None:
+    """List the tenant's report definitions."""
+    from nbcast.definitions.versions import list_definitions
+
+    items = list_definitions(app.db, app.settings.tenant)
+    if as_json:
+        _emit_json(
+            [
+                {
+                    "name": d.name,
+                    "latest_version": d.latest_version,
+                    "schedule": d.schedule,
+                    "source_path": d.source_path,
+                    "updated_at": d.updated_at.isoformat(),
+                }
+                for d in items
+            ]
+        )
+        return
+    _table(
+        None,
+        ["name", "version", "schedule", "updated", "source"],
+        [(d.name, d.latest_version, d.schedule, _when(d.updated_at), d.source_path) for d in items],
+    )
+
+
+@definitions.command("show")
+@click.argument("name")
+@click.option("--version", "number", type=int, default=None, help="Version (default latest).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def definitions_show(app: AppContext, name: str, number: int | None, as_json: bool) -> None:
+    """Show one version of a definition: parameters, schedule, outputs, subscriptions."""
+    from dataclasses import asdict
+
+    from nbcast.definitions.versions import get_version
+
+    info = get_version(app.db, app.settings.tenant, name, number)
+    if as_json:
+        _emit_json(
+            {
+                "definition": info.definition,
+                "version": info.version,
+                "sha256": info.sha256,
+                "author": info.author,
+                "message": info.message,
+                "created_at": info.created_at.isoformat(),
+                "parameters": [asdict(p) for p in info.schema],
+                "nbcast": info.block,
+            }
+        )
+        return
+    click.echo(f"{info.definition} v{info.version}  sha256 {info.sha256}")
+    click.echo(f"author {info.author}, {_when(info.created_at)}: {info.message or '-'}")
+    _table(
+        "parameters",
+        ["name", "type", "default", "help"],
+        [(p.name, p.type, json.dumps(p.default), p.help) for p in info.schema],
+    )
+    click.echo("nbcast metadata:")
+    click.echo(json.dumps(info.block, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def versions(app: AppContext, name: str, as_json: bool) -> None:
+    """List every version of definition NAME."""
+    from nbcast.definitions.versions import list_versions
+
+    items = list_versions(app.db, app.settings.tenant, name)
+    if as_json:
+        _emit_json(
+            [
+                {
+                    "version": v.version,
+                    "sha256": v.sha256,
+                    "author": v.author,
+                    "message": v.message,
+                    "created_at": v.created_at.isoformat(),
+                }
+                for v in items
+            ]
+        )
+        return
+    _table(
+        f"{name}: versions",
+        ["version", "sha256", "author", "created", "message"],
+        [(v.version, v.sha256[:12], v.author, _when(v.created_at), v.message) for v in items],
+    )
+
+
+@cli.command()
+@click.argument("name")
+@click.argument("a", type=int)
+@click.argument("b", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print nbdime's structured diff.")
+@click.option("--color/--no-color", default=None, help="Colour (default: if a terminal).")
+@pass_app
+def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool | None) -> None:
+    """Show what changed in definition NAME from version A to version B."""
+    from nbcast.definitions.diff import diff_versions, render_diff
+    from nbcast.definitions.versions import get_version
+
+    old = get_version(app.db, app.settings.tenant, name, a)
+    new = get_version(app.db, app.settings.tenant, name, b)
+    if as_json:
+        _emit_json({"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)})
+        return
+    text = render_diff(old, new, color=sys.stdout.isatty() if color is None else color)
+    click.echo(text if text else f"{name}: v{a} and v{b} are identical")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--version", "number", type=int, default=None, help="Version (default latest).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Where to write the notebook.",
+)
+@pass_app
+def export(app: AppContext, name: str, number: int | None, output: Path) -> None:
+    """Write a stored version of NAME to a notebook file."""
+    import nbformat
+
+    from nbcast.definitions.versions import get_version
+
+    info = get_version(app.db, app.settings.tenant, name, number)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.from_dict(info.notebook), str(output))
+    click.echo(f"wrote {name} v{info.version} to {output}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit status (2 for any NbcastError)."""
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="nbcast", standalone_mode=False
+        )
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 1
+    except NbcastError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    return int(result) if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

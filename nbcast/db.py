@@ -1,0 +1,235 @@
+"""The database layer: engines, sessions, column types and migrations.
+
+Two back ends, one schema:
+
+- **SQLite** (embedded default): a file in the nbcast home folder, WAL journal,
+  foreign keys on, a busy timeout so short write contention waits instead of failing.
+- **PostgreSQL** (production, and every multi-process test):
+  ``postgresql+psycopg://…``.
+
+The schema is owned by Alembic (``nbcast/migrations``). :meth:`Database.open`
+upgrades an out-of-date database to the head revision on first use, under a lock
+(``pg_advisory_lock`` on PostgreSQL, a file lock beside the SQLite file) so that
+several processes starting at once migrate it exactly once. ``nbcast db upgrade``
+does the same explicitly.
+
+All instants are stored as UTC. :class:`UTCDateTime` refuses naive datetimes on the
+way in and returns aware ones on the way out, on both back ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+from nbcast.errors import StorageError
+
+__all__ = [
+    "Base",
+    "Database",
+    "JSONType",
+    "UTCDateTime",
+    "insert_ignore",
+]
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_PG_MIGRATION_LOCK = 0x6E62_6361  # "nbca": the advisory-lock key for migrations
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC instant on every back end.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores the naive UTC wall time. Naive
+    datetimes are refused, because nbcast never guesses a time zone.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise StorageError(f"refusing to store naive datetime {value.isoformat()}")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""JSON on SQLite, JSONB on PostgreSQL."""
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every nbcast table; each plane defines its own models."""
+
+    type_annotation_map = {datetime: UTCDateTime()}  # noqa: RUF012
+
+
+def _import_models() -> None:
+    """Import every plane's models so ``Base.metadata`` knows all tables."""
+    import nbcast.definitions.models
+    import nbcast.governance.models  # noqa: F401
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # isolation_level=None hands transaction control to SQLAlchemy's "BEGIN" below.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    # BEGIN IMMEDIATE takes the write lock up front, so two writers queue on the
+    # busy timeout instead of one failing with "database is locked" mid-transaction.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with nbcast's per-dialect settings."""
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return sa.create_engine(url, **kwargs)
+
+
+class Database:
+    """An engine plus a session factory for one nbcast database.
+
+    Use :meth:`open` rather than the constructor: it also brings the schema to the
+    head revision.
+    """
+
+    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        self.url = url
+        self.engine = create_engine(url, **engine_kwargs)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True, **engine_kwargs: Any) -> Database:
+        """Connect to ``url`` and, unless ``upgrade`` is false, migrate it to head."""
+        db = cls(url, **engine_kwargs)
+        try:
+            if upgrade and db.current_revision() != db.head_revision():
+                db.upgrade()
+        except sa.exc.OperationalError as exc:
+            raise StorageError(f"cannot open database {db.safe_url}: {exc.orig}") from exc
+        return db
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with any password hidden, for messages."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    # -- migrations ---------------------------------------------------------------
+
+    def _alembic_config(self) -> Any:
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        return config
+
+    @staticmethod
+    def head_revision() -> str:
+        """The newest revision in the migrations folder.
+
+        Revisions are numbered ``NNNN`` and their files named ``NNNN_*.py`` (a test
+        checks this agrees with Alembic's own view), so the check that runs on every
+        start reads a directory instead of importing Alembic.
+        """
+        names = (p.name.split("_", 1)[0] for p in (MIGRATIONS_DIR / "versions").glob("[0-9]*_*.py"))
+        return max(names)
+
+    def current_revision(self) -> str | None:
+        """The revision the database is at, or None for an empty database."""
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply migrations up to ``revision``, once even under concurrent callers."""
+        from alembic import command
+
+        config = self._alembic_config()
+        with self._migration_lock(), self.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+
+    @contextlib.contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        if self.dialect == "postgresql":
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(
+                        sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK}
+                    )
+                    conn.commit()
+            return
+        from filelock import FileLock
+
+        path = self.engine.url.database
+        if not path or path == ":memory:":
+            yield
+            return
+        with FileLock(f"{path}.migrate.lock"):
+            yield
+
+
+def insert_ignore(table: sa.Table, rows: Sequence[dict[str, Any]], dialect: str) -> Any:
+    """``INSERT … ON CONFLICT DO NOTHING`` for ``rows`` on either back end."""
+    if dialect == "postgresql":
+        return postgresql.insert(table).values(list(rows)).on_conflict_do_nothing()
+    return sqlite.insert(table).values(list(rows)).on_conflict_do_nothing()
+
+
+def utcnow() -> datetime:
+    """The real current instant (for defaults only; components use a Clock)."""
+    return datetime.now(UTC)

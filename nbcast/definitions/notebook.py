@@ -1,0 +1,149 @@
+"""Reading a report notebook: validation, normalization, hashing, the parameters cell.
+
+A published version stores the *normalized* notebook: outputs and execution counts
+removed, volatile metadata removed (execution timings, papermill's records, widget
+state, ``language_info``, which names the kernel's patch version), and every cell
+given an id — the notebook's own when it has one, else a deterministic one made
+from the cell's position and source, so that normalizing is a pure function. The
+sha256 is taken over the canonical JSON (sorted keys, no spaces) of that notebook;
+saving the same notebook after re-running it does not change the hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbcast.errors import NotebookError
+
+__all__ = [
+    "LoadedNotebook",
+    "canonical_json",
+    "load_notebook",
+    "normalize_notebook",
+    "notebook_sha256",
+    "parameters_cell",
+]
+
+_VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "papermill")
+_VOLATILE_NOTEBOOK_METADATA = ("widgets", "papermill", "language_info")
+
+
+@dataclass(frozen=True)
+class LoadedNotebook:
+    """A validated notebook (plain JSON dicts) and the ``nbcast`` block it declares."""
+
+    path: Path
+    notebook: dict[str, Any]
+    block: dict[str, Any] | None
+    block_source: str
+    """Where the block came from: ``metadata``, the side file's name, or ``none``."""
+
+
+def canonical_json(notebook: dict[str, Any]) -> str:
+    """The canonical text of a notebook: sorted keys, compact, UTF-8 safe."""
+    return json.dumps(notebook, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def notebook_sha256(notebook: dict[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``notebook``."""
+    return hashlib.sha256(canonical_json(notebook).encode("utf-8")).hexdigest()
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def normalize_notebook(notebook: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``notebook`` without outputs, counts or volatile metadata (see module)."""
+    nb = copy.deepcopy(notebook)
+    nb["nbformat"], nb["nbformat_minor"] = 4, max(int(nb.get("nbformat_minor", 5)), 5)
+    metadata = nb.setdefault("metadata", {})
+    for key in _VOLATILE_NOTEBOOK_METADATA:
+        metadata.pop(key, None)
+    for index, cell in enumerate(nb.get("cells", [])):
+        cell["source"] = _source(cell)
+        if not cell.get("id"):
+            digest = hashlib.sha256(f"{index}\0{cell['source']}".encode()).hexdigest()
+            cell["id"] = f"nbcast-{digest[:12]}"
+        meta = cell.setdefault("metadata", {})
+        for key in _VOLATILE_CELL_METADATA:
+            meta.pop(key, None)
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    return nb
+
+
+def parameters_cell(notebook: dict[str, Any]) -> tuple[int, str] | None:
+    """Index and source of the code cell tagged ``parameters``, or None.
+
+    More than one such cell, or the tag on a markdown/raw cell, is an error: papermill
+    would silently use the first, and a reader would be misled by the others.
+    """
+    found: list[int] = []
+    for index, cell in enumerate(notebook.get("cells", [])):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "parameters" in tags:
+            if cell.get("cell_type") != "code":
+                raise NotebookError(
+                    f"cell {index} is a {cell.get('cell_type')} cell tagged 'parameters'; "
+                    "only a code cell can declare parameters"
+                )
+            found.append(index)
+    if len(found) > 1:
+        raise NotebookError(f"cells {found} are all tagged 'parameters'; keep exactly one")
+    if not found:
+        return None
+    return found[0], _source(notebook["cells"][found[0]])
+
+
+def load_notebook(path: str | Path) -> LoadedNotebook:
+    """Read and validate the notebook at ``path``; :class:`NotebookError` if it is not one."""
+    import nbformat
+
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotebookError(f"{file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NotebookError(f"{file}: cannot read: {exc}") from None
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise NotebookError(f"{file}: not JSON ({exc})") from None
+    if not isinstance(raw, dict) or "cells" not in raw or "nbformat" not in raw:
+        raise NotebookError(f"{file}: not a Jupyter notebook (no 'cells'/'nbformat')")
+    if raw.get("nbformat") != 4:
+        raise NotebookError(
+            f"{file}: nbformat {raw.get('nbformat')} is not supported; save it as nbformat 4 "
+            "(jupyter nbconvert --to notebook)"
+        )
+    try:
+        nbformat.validate(
+            copy.deepcopy(raw), version=4, version_minor=int(raw.get("nbformat_minor", 0))
+        )
+    except Exception as exc:  # nbformat raises several unrelated types
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotebookError(f"{file}: not a valid notebook: {message}") from None
+    notebook: dict[str, Any] = raw
+    block, source = notebook.get("metadata", {}).get("nbcast"), "metadata"
+    side = file.with_name(file.stem + ".nbcast.toml")
+    if side.exists():
+        if block is not None:
+            raise NotebookError(
+                f"{file}: both the notebook metadata and {side.name} define the nbcast "
+                "block; keep one"
+            )
+        try:
+            block, source = tomllib.loads(side.read_text(encoding="utf-8")), side.name
+        except tomllib.TOMLDecodeError as exc:
+            raise NotebookError(f"{side}: not valid TOML ({exc})") from None
+    return LoadedNotebook(file, notebook, block, source if block is not None else "none")

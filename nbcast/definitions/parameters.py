@@ -1,0 +1,203 @@
+"""The parameter schema a notebook declares, and validation of parameter values.
+
+The schema comes from the code cell tagged ``parameters`` (papermill's convention).
+Each statement there must assign one literal default to one name::
+
+    region = "EMEA"          # sales region
+    top_n: int = 10
+    thresholds = {"warn": 0.1, "fail": 0.25}
+
+Allowed defaults: ``str``, ``int``, ``float``, ``bool``, ``None``, and lists and
+dicts (string keys) of those. Anything else — a call, an import, a name, arithmetic,
+unpacking — is refused with the line it is on. A trailing comment becomes the
+parameter's help text.
+
+Values are validated before any run is queued (:func:`validate_parameters`): only
+declared names, names matching ``^[A-Za-z_][A-Za-z0-9_]*$``, and JSON values
+compatible with the default's type. That is what keeps papermill's
+injected-parameters cell from ever containing code: names are identifiers, values
+are JSON data rendered by papermill's translators. There is no raw parameter.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import math
+import re
+import tokenize
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nbcast.errors import ParametersCellError, ParameterValueError
+
+__all__ = [
+    "Parameter",
+    "parse_assignment",
+    "parse_parameters_cell",
+    "schema_from_json",
+    "schema_to_json",
+    "validate_parameters",
+]
+
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TYPE_NAMES = {
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    list: "list",
+    dict: "dict",
+    type(None): "null",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parameter:
+    """One declared parameter: its name, JSON type, literal default, help and line."""
+
+    name: str
+    type: str
+    default: Any
+    help: str = ""
+    line: int = 0
+
+
+def _is_json_literal(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_is_json_literal(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json_literal(v) for k, v in value.items())
+    return False
+
+
+def _comments(source: str) -> dict[int, str]:
+    comments: dict[int, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return comments
+
+
+def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
+    """Derive the parameter schema from the source of the ``parameters`` cell."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ParametersCellError(f"syntax error: {exc.msg}", exc.lineno) from None
+    lines = source.splitlines()
+    comments = _comments(source)
+    params: dict[str, Parameter] = {}
+    for node in tree.body:
+        text = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value_node = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value_node = node.target, node.value
+        else:
+            raise ParametersCellError(
+                f"`{text}` is not an assignment of a literal default", node.lineno
+            )
+        if not isinstance(target, ast.Name):
+            raise ParametersCellError(f"`{text}` must assign to a single name", node.lineno)
+        try:
+            value = ast.literal_eval(value_node)
+        except (ValueError, SyntaxError, TypeError):
+            value = _NOT_LITERAL
+        if value is _NOT_LITERAL or not _is_json_literal(value):
+            raise ParametersCellError(
+                f"`{text}` is not a literal default (allowed: str, int, float, bool, None, "
+                "and lists/dicts of those)",
+                node.lineno,
+            )
+        name = target.id
+        if name in params:
+            raise ParametersCellError(f"`{name}` is assigned twice", node.lineno)
+        params[name] = Parameter(
+            name=name,
+            type=_TYPE_NAMES[type(value)],
+            default=value,
+            help=comments.get(node.lineno, ""),
+            line=node.lineno,
+        )
+    return tuple(params.values())
+
+
+_NOT_LITERAL = object()
+
+
+def _compatible(kind: str, value: Any) -> bool:
+    if kind == "null":
+        return True
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "list":
+        return isinstance(value, list)
+    if kind == "dict":
+        return isinstance(value, dict)
+    return False
+
+
+def validate_parameters(schema: Iterable[Parameter], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``values`` against ``schema``; return them, or raise :class:`ParameterValueError`.
+
+    Every problem is reported at once, so a user fixes them in one go.
+    """
+    declared = {p.name: p for p in schema}
+    problems: list[str] = []
+    for name, value in values.items():
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            problems.append(f"{name!r} is not a valid parameter name")
+            continue
+        param = declared.get(name)
+        if param is None:
+            known = ", ".join(declared) or "none"
+            problems.append(f"{name!r} is not declared in the parameters cell (declared: {known})")
+            continue
+        if not _is_json_literal(value):
+            problems.append(f"{name}: {type(value).__name__} is not a JSON value")
+        elif not _compatible(param.type, value):
+            problems.append(
+                f"{name}: expected {param.type} like the default {param.default!r}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+    if problems:
+        raise ParameterValueError(tuple(problems))
+    return dict(values)
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Parse a command-line ``key=value``: the value as JSON if it parses, else a string."""
+    name, sep, raw = text.partition("=")
+    if not sep:
+        raise ParameterValueError((f"{text!r} is not key=value",))
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return name.strip(), value
+
+
+def schema_to_json(schema: Iterable[Parameter]) -> list[dict[str, Any]]:
+    """The schema as stored in a version row."""
+    return [asdict(p) for p in schema]
+
+
+def schema_from_json(rows: Iterable[Mapping[str, Any]]) -> tuple[Parameter, ...]:
+    """A stored schema back as :class:`Parameter` records."""
+    return tuple(Parameter(**dict(row)) for row in rows)

@@ -1,0 +1,390 @@
+"""The ``nbcast`` metadata block: its policies, its records and its syntax checks.
+
+A notebook's metadata key ``nbcast`` (or a side file ``<notebook>.nbcast.toml``)
+says how the report is scheduled, what it renders and who receives it. Every key is
+optional; unknown keys are refused so typos do not pass silently. Errors name the
+dotted field, e.g. ``schedule.timezone: 'Mars/Olympus' is not an IANA time zone``.
+
+This module checks syntax (the cron parses, the zone exists, enums are known,
+durations parse, parameters fit the schema). What a schedule *means* — slots, DST,
+misfires — is the scheduler's business.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from nbcast.errors import MetadataError, ParameterValueError, ScheduleError
+
+__all__ = [
+    "DstFold",
+    "DstGap",
+    "MisfirePolicy",
+    "OutputFormat",
+    "OverlapPolicy",
+    "ReportSpec",
+    "ScheduleSpec",
+    "StalenessAction",
+    "Subscription",
+    "parse_duration",
+    "parse_spec",
+]
+
+
+class DstGap(StrEnum):
+    """What happens to a slot whose wall time does not exist (spring forward)."""
+
+    auto = "auto"
+    """``skip`` for schedules that fire at least hourly, otherwise ``shift``."""
+    shift = "shift"
+    """Fire at the first instant after the gap (once per gap per definition)."""
+    skip = "skip"
+    """Record the slot SKIPPED with reason ``dst_gap``."""
+
+
+class DstFold(StrEnum):
+    """Which pass of a wall time that happens twice (fall back) fires."""
+
+    auto = "auto"
+    """``both`` for schedules that fire at least hourly, otherwise ``first``."""
+    first = "first"
+    """Only the first pass (the earlier UTC instant)."""
+    last = "last"
+    """Only the second pass (the later UTC instant)."""
+    both = "both"
+    """Both passes: two slots, the second keyed with ``~2``."""
+
+
+class MisfirePolicy(StrEnum):
+    """What the scheduler does with slots it materializes later than fire time + grace."""
+
+    run_latest = "run_latest"
+    """Run only the newest due slot; earlier missed ones are MISSED ``superseded``."""
+    run_all = "run_all"
+    """Queue every missed slot, oldest first, up to ``max_catchup``; the rest MISSED."""
+    skip = "skip"
+    """Record every missed slot MISSED ``misfire``; run only slots still within grace."""
+
+
+class OverlapPolicy(StrEnum):
+    """What happens when a slot is due while an earlier run is still queued or running."""
+
+    skip = "skip"
+    """Record the new slot SKIPPED ``overlap``."""
+    allow = "allow"
+    """Run both concurrently."""
+    buffer_one = "buffer_one"
+    """Keep at most one run waiting behind the active one."""
+    buffer_all = "buffer_all"
+    """Queue every slot; they run one after another."""
+    replace = "replace"  # type: ignore[assignment]  # the domain word; shadows str.replace
+    """Cancel the active run and run the new slot."""
+
+
+class StalenessAction(StrEnum):
+    """What delivery does with a report that is later than ``staleness.after``."""
+
+    banner = "banner"
+    """Deliver it with a visible 'this report is late' banner."""
+    suppress = "suppress"
+    """Do not deliver it; the ledger row is SUPPRESSED ``stale``."""
+
+
+class OutputFormat(StrEnum):
+    """Formats a report renders to."""
+
+    html = "html"
+    pdf = "pdf"
+    xlsx = "xlsx"
+    csv = "csv"
+
+
+CHANNELS = ("email", "slack", "link", "webhook")
+CONDITIONS = ("results", "changed")
+_DURATION = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` into a timedelta."""
+    if isinstance(text, str) and text.strip() == "0":
+        return timedelta(0)
+    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration like '90s', '10m', '1h30m', '2d'")
+    w, d, h, m, s = (int(g) if g else 0 for g in match.groups())
+    return timedelta(weeks=w, days=d, hours=h, minutes=m, seconds=s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """A schedule as written: cron or ``every``, its zone and policies."""
+
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str = "UTC"
+    start: datetime | None = None
+    """Local wall time (naive) in ``timezone``; no slot before it."""
+    end: datetime | None = None
+    """Local wall time (naive) in ``timezone``; no slot after it."""
+    dst_gap: DstGap = DstGap.auto
+    dst_fold: DstFold = DstFold.auto
+    misfire: MisfirePolicy = MisfirePolicy.run_latest
+    grace: timedelta = timedelta(minutes=10)
+    max_catchup: int = 100
+    overlap: OverlapPolicy = OverlapPolicy.skip
+    staleness_after: timedelta | None = None
+    staleness_action: StalenessAction = StalenessAction.banner
+    jitter: timedelta = timedelta(0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subscription:
+    """One recipient of a report on one channel."""
+
+    channel: str
+    to: str
+    formats: tuple[OutputFormat, ...] = ()
+    only_if: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSpec:
+    """The parsed ``nbcast`` metadata block."""
+
+    name: str | None = None
+    description: str = ""
+    schedule: ScheduleSpec | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[OutputFormat, ...] = (OutputFormat.html,)
+    subscriptions: tuple[Subscription, ...] = ()
+
+
+def _require(value: Any, kind: type | tuple[type, ...], path: str, what: str) -> Any:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise MetadataError(path, f"must be {what}, not {type(value).__name__}")
+    return value
+
+
+def _no_unknown(block: dict[str, Any], allowed: set[str], path: str) -> None:
+    for key in block:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else key
+            raise MetadataError(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _enum(enum: type[StrEnum], value: Any, path: str) -> Any:
+    _require(value, str, path, "a string")
+    try:
+        return enum(value)
+    except ValueError:
+        choices = "|".join(m.value for m in enum)
+        raise MetadataError(path, f"{value!r} is not one of {choices}") from None
+
+
+def _duration(value: Any, path: str) -> timedelta:
+    _require(value, str, path, "a duration string")
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise MetadataError(path, str(exc)) from None
+
+
+def _wall_time(value: Any, path: str) -> datetime:
+    _require(value, str, path, "a local date-time string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise MetadataError(path, f"{value!r} is not an ISO date-time") from None
+    if parsed.tzinfo is not None:
+        raise MetadataError(path, "is a local wall time in schedule.timezone; drop the offset")
+    return parsed
+
+
+def _zone(value: Any, path: str) -> str:
+    _require(value, str, path, "an IANA time zone name")
+    if value not in _zone_names():
+        raise MetadataError(path, f"{value!r} is not an IANA time zone")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise MetadataError(path, f"{value!r} is not an IANA time zone") from None
+    return str(value)
+
+
+_ZONES: frozenset[str] | None = None
+
+
+def _zone_names() -> frozenset[str]:
+    global _ZONES
+    if _ZONES is None:
+        _ZONES = frozenset(available_timezones()) | {"UTC"}
+    return _ZONES
+
+
+def _schedule(block: Any) -> ScheduleSpec:
+    _require(block, dict, "schedule", "a mapping")
+    _no_unknown(
+        block,
+        {
+            "cron",
+            "every",
+            "timezone",
+            "start",
+            "end",
+            "dst",
+            "misfire",
+            "overlap",
+            "staleness",
+            "jitter",
+        },
+        "schedule",
+    )
+    kwargs: dict[str, Any] = {}
+    if ("cron" in block) == ("every" in block):
+        raise MetadataError("schedule", "needs exactly one of 'cron' or 'every'")
+    if "cron" in block:
+        from nbcast.scheduler.cron import CronExpression
+
+        _require(block["cron"], str, "schedule.cron", "a cron expression")
+        try:
+            CronExpression.parse(block["cron"])
+        except ScheduleError as exc:
+            raise MetadataError("schedule.cron", str(exc)) from None
+        kwargs["cron"] = block["cron"].strip()
+    else:
+        kwargs["every"] = _duration(block["every"], "schedule.every")
+        if kwargs["every"] < timedelta(minutes=1):
+            raise MetadataError("schedule.every", "must be at least 1m")
+    if "timezone" in block:
+        kwargs["timezone"] = _zone(block["timezone"], "schedule.timezone")
+    for key in ("start", "end"):
+        if key in block:
+            kwargs[key] = _wall_time(block[key], f"schedule.{key}")
+    if "start" in kwargs and "end" in kwargs and kwargs["end"] <= kwargs["start"]:
+        raise MetadataError("schedule.end", "must be after schedule.start")
+    if "dst" in block:
+        dst = _require(block["dst"], dict, "schedule.dst", "a mapping")
+        _no_unknown(dst, {"gap", "fold"}, "schedule.dst")
+        if "gap" in dst:
+            kwargs["dst_gap"] = _enum(DstGap, dst["gap"], "schedule.dst.gap")
+        if "fold" in dst:
+            kwargs["dst_fold"] = _enum(DstFold, dst["fold"], "schedule.dst.fold")
+    if "misfire" in block:
+        misfire = _require(block["misfire"], dict, "schedule.misfire", "a mapping")
+        _no_unknown(misfire, {"policy", "grace", "max_catchup"}, "schedule.misfire")
+        if "policy" in misfire:
+            kwargs["misfire"] = _enum(MisfirePolicy, misfire["policy"], "schedule.misfire.policy")
+        if "grace" in misfire:
+            kwargs["grace"] = _duration(misfire["grace"], "schedule.misfire.grace")
+        if "max_catchup" in misfire:
+            cap = _require(
+                misfire["max_catchup"], int, "schedule.misfire.max_catchup", "an integer"
+            )
+            if cap < 1:
+                raise MetadataError("schedule.misfire.max_catchup", "must be at least 1")
+            kwargs["max_catchup"] = cap
+    if "overlap" in block:
+        kwargs["overlap"] = _enum(OverlapPolicy, block["overlap"], "schedule.overlap")
+    if "staleness" in block:
+        stale = _require(block["staleness"], dict, "schedule.staleness", "a mapping")
+        _no_unknown(stale, {"after", "action"}, "schedule.staleness")
+        if "after" in stale:
+            kwargs["staleness_after"] = _duration(stale["after"], "schedule.staleness.after")
+        if "action" in stale:
+            kwargs["staleness_action"] = _enum(
+                StalenessAction, stale["action"], "schedule.staleness.action"
+            )
+    if "jitter" in block:
+        kwargs["jitter"] = _duration(block["jitter"], "schedule.jitter")
+    return ScheduleSpec(**kwargs)
+
+
+def _formats(value: Any, path: str) -> tuple[OutputFormat, ...]:
+    _require(value, list, path, "a list of formats")
+    formats = tuple(_enum(OutputFormat, item, f"{path}[{i}]") for i, item in enumerate(value))
+    if len(set(formats)) != len(formats):
+        raise MetadataError(path, "lists a format twice")
+    return formats
+
+
+def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subscription, ...]:
+    _require(value, list, "subscriptions", "a list")
+    result = []
+    seen: set[tuple[str, str]] = set()
+    for i, item in enumerate(value):
+        path = f"subscriptions[{i}]"
+        _require(item, dict, path, "a mapping")
+        _no_unknown(item, {"channel", "to", "formats", "only_if"}, path)
+        channel = _require(item.get("channel"), str, f"{path}.channel", "a channel name")
+        if channel not in CHANNELS:
+            raise MetadataError(
+                f"{path}.channel", f"{channel!r} is not one of " + "|".join(CHANNELS)
+            )
+        to = _require(item.get("to"), str, f"{path}.to", "a recipient")
+        if not to.strip():
+            raise MetadataError(f"{path}.to", "is empty")
+        if channel == "email" and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", to):
+            raise MetadataError(f"{path}.to", f"{to!r} is not an email address")
+        if (channel, to) in seen:
+            raise MetadataError(path, f"{channel} recipient {to!r} is listed twice")
+        seen.add((channel, to))
+        formats = _formats(item["formats"], f"{path}.formats") if "formats" in item else outputs
+        for fmt in formats:
+            if fmt not in outputs:
+                raise MetadataError(f"{path}.formats", f"{fmt.value!r} is not in outputs")
+        only_if = item.get("only_if")
+        if only_if is not None and only_if not in CONDITIONS:
+            raise MetadataError(
+                f"{path}.only_if", f"{only_if!r} is not one of " + "|".join(CONDITIONS)
+            )
+        result.append(Subscription(channel=channel, to=to, formats=formats, only_if=only_if))
+    return tuple(result)
+
+
+def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
+    """Validate the ``nbcast`` block against its syntax and the parameter ``schema``.
+
+    ``schema`` is the sequence of :class:`~nbcast.definitions.parameters.Parameter`
+    declared by the notebook's parameters cell; the block's ``parameters`` must fit it.
+    """
+    if block is None:
+        block = {}
+    _require(block, dict, "nbcast", "a mapping")
+    _no_unknown(
+        block, {"name", "description", "schedule", "parameters", "outputs", "subscriptions"}, ""
+    )
+    kwargs: dict[str, Any] = {}
+    if "name" in block:
+        kwargs["name"] = check_name(_require(block["name"], str, "name", "a string"))
+    if "description" in block:
+        kwargs["description"] = _require(block["description"], str, "description", "a string")
+    if "schedule" in block:
+        kwargs["schedule"] = _schedule(block["schedule"])
+    if "parameters" in block:
+        from nbcast.definitions.parameters import validate_parameters
+
+        values = _require(block["parameters"], dict, "parameters", "a mapping")
+        try:
+            kwargs["parameters"] = validate_parameters(schema, values)
+        except ParameterValueError as exc:
+            raise MetadataError("parameters", "; ".join(exc.problems)) from None
+    outputs = _formats(block["outputs"], "outputs") if "outputs" in block else (OutputFormat.html,)
+    if not outputs:
+        raise MetadataError("outputs", "needs at least one format")
+    kwargs["outputs"] = outputs
+    if "subscriptions" in block:
+        kwargs["subscriptions"] = _subscriptions(block["subscriptions"], outputs)
+    return ReportSpec(**kwargs)
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a valid definition name, else raise MetadataError."""
+    if not _NAME.fullmatch(name):
+        raise MetadataError("name", f"{name!r} must match {_NAME.pattern}")
+    return name

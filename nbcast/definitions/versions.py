@@ -1,0 +1,321 @@
+"""Publishing report definitions and reading their immutable versions.
+
+``publish`` turns a notebook file into a new version of the definition it names:
+
+1. the notebook is read and validated (:mod:`nbcast.definitions.notebook`);
+2. the parameters cell gives the schema (:mod:`nbcast.definitions.parameters`);
+3. the ``nbcast`` block is validated against syntax and schema
+   (:mod:`nbcast.definitions.spec`);
+4. all of that happens before the database is touched, so bad input writes nothing;
+5. in one transaction: the definition row is found or created, and a version row is
+   added unless the normalized notebook's sha256 equals the *latest* version's
+   (publishing a notebook again unchanged is a no-op that says so; publishing an
+   older content again after a newer one makes a new version, because the latest
+   version is what runs).
+
+The definition name is ``--name``, else the block's ``name``, else the file's stem.
+A name belongs to the file it was first published from: publishing another file
+under the same name is refused (:class:`DuplicateDefinitionError`), so two
+notebooks cannot silently overwrite each other's report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.db import Database
+from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.definitions.notebook import (
+    canonical_json,
+    load_notebook,
+    normalize_notebook,
+    notebook_sha256,
+    parameters_cell,
+)
+from nbcast.definitions.parameters import (
+    Parameter,
+    parse_parameters_cell,
+    schema_from_json,
+    schema_to_json,
+)
+from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
+from nbcast.errors import DuplicateDefinitionError, UnknownDefinitionError
+from nbcast.governance.models import Tenant, User
+from nbcast.governance.tenants import ensure_user, get_tenant
+
+__all__ = [
+    "DefinitionInfo",
+    "PublishResult",
+    "VersionInfo",
+    "get_version",
+    "list_definitions",
+    "list_versions",
+    "prepare",
+    "publish",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedVersion:
+    """Everything a publish stores, computed without touching the database."""
+
+    name: str
+    source_path: str
+    notebook: dict[str, Any]
+    sha256: str
+    schema: tuple[Parameter, ...]
+    spec: ReportSpec
+    block: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionInfo:
+    """One published version, as read back."""
+
+    definition: str
+    version: int
+    sha256: str
+    author: str
+    message: str
+    created_at: datetime
+    schema: tuple[Parameter, ...]
+    block: dict[str, Any]
+    notebook_json: str
+
+    @property
+    def notebook(self) -> dict[str, Any]:
+        """The stored (normalized) notebook."""
+        return dict(json.loads(self.notebook_json))
+
+    @property
+    def spec(self) -> ReportSpec:
+        """The parsed ``nbcast`` block of this version."""
+        return parse_spec(self.block, self.schema)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefinitionInfo:
+    """A definition and a summary of its latest version."""
+
+    id: int
+    name: str
+    source_path: str
+    latest_version: int
+    created_at: datetime
+    updated_at: datetime
+    schedule: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishResult:
+    """What :func:`publish` did: ``created`` is False when the content was unchanged."""
+
+    definition: str
+    version: int
+    sha256: str
+    created: bool
+
+
+def _default_name(path: Path) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-._")
+    return stem or "report"
+
+
+def prepare(path: str | Path, name: str | None = None) -> PreparedVersion:
+    """Read, validate and normalize the notebook at ``path``; nothing is written."""
+    loaded = load_notebook(path)
+    cell = parameters_cell(loaded.notebook)
+    schema = parse_parameters_cell(cell[1]) if cell else ()
+    block = loaded.block or {}
+    spec = parse_spec(block, schema)
+    final_name = check_name(name or spec.name or _default_name(loaded.path))
+    normalized = normalize_notebook(loaded.notebook)
+    if loaded.block_source != "metadata" and loaded.block is not None:
+        # A side file's block is folded into the stored notebook, so a version is
+        # self-contained and its export runs anywhere.
+        normalized["metadata"]["nbcast"] = loaded.block
+    return PreparedVersion(
+        name=final_name,
+        source_path=str(loaded.path.resolve()),
+        notebook=normalized,
+        sha256=notebook_sha256(normalized),
+        schema=schema,
+        spec=spec,
+        block=block,
+    )
+
+
+def publish(
+    db: Database,
+    path: str | Path,
+    *,
+    tenant: str,
+    author: str,
+    name: str | None = None,
+    message: str = "",
+) -> PublishResult:
+    """Publish the notebook at ``path`` as a new version (module docstring)."""
+    prepared = prepare(path, name)
+    with db.session() as session:
+        owner = get_tenant(session, tenant)
+        user = ensure_user(session, owner, author)
+        definition = session.scalar(
+            sa.select(ReportDefinition)
+            .where(ReportDefinition.tenant_id == owner.id, ReportDefinition.name == prepared.name)
+            .with_for_update()
+        )
+        if definition is None:
+            definition = ReportDefinition(
+                tenant_id=owner.id,
+                name=prepared.name,
+                source_path=prepared.source_path,
+                created_by=user.id,
+                latest_version=0,
+            )
+            session.add(definition)
+            session.flush()
+        elif definition.source_path != prepared.source_path:
+            raise DuplicateDefinitionError(
+                f"definition {prepared.name!r} was published from {definition.source_path}; "
+                f"choose another --name for {prepared.source_path}"
+            )
+        latest = _latest(session, definition)
+        if latest is not None and latest.sha256 == prepared.sha256:
+            return PublishResult(
+                definition=prepared.name,
+                version=latest.version,
+                sha256=latest.sha256,
+                created=False,
+            )
+        number = definition.latest_version + 1
+        session.add(
+            DefinitionVersion(
+                tenant_id=owner.id,
+                definition_id=definition.id,
+                version=number,
+                sha256=prepared.sha256,
+                notebook_json=canonical_json(prepared.notebook),
+                parameter_schema=schema_to_json(prepared.schema),
+                spec=prepared.block,
+                author_id=user.id,
+                message=message,
+            )
+        )
+        definition.latest_version = number
+        return PublishResult(
+            definition=prepared.name, version=number, sha256=prepared.sha256, created=True
+        )
+
+
+def _latest(session: Session, definition: ReportDefinition) -> DefinitionVersion | None:
+    return session.scalar(
+        sa.select(DefinitionVersion).where(
+            DefinitionVersion.definition_id == definition.id,
+            DefinitionVersion.version == definition.latest_version,
+        )
+    )
+
+
+def _definition(session: Session, tenant: Tenant, name: str) -> ReportDefinition:
+    definition = session.scalar(
+        sa.select(ReportDefinition).where(
+            ReportDefinition.tenant_id == tenant.id, ReportDefinition.name == name
+        )
+    )
+    if definition is None:
+        raise UnknownDefinitionError(f"no definition named {name!r} in tenant {tenant.name!r}")
+    return definition
+
+
+def _info(definition: ReportDefinition, version: DefinitionVersion, author: str) -> VersionInfo:
+    return VersionInfo(
+        definition=definition.name,
+        version=version.version,
+        sha256=version.sha256,
+        author=author,
+        message=version.message,
+        created_at=version.created_at,
+        schema=schema_from_json(version.parameter_schema),
+        block=dict(version.spec),
+        notebook_json=version.notebook_json,
+    )
+
+
+def get_version(db: Database, tenant: str, name: str, version: int | None = None) -> VersionInfo:
+    """Version ``version`` (default: the latest) of definition ``name``."""
+    with db.session() as session:
+        definition = _definition(session, get_tenant(session, tenant), name)
+        number = definition.latest_version if version is None else version
+        row = session.execute(
+            sa.select(DefinitionVersion, User.name)
+            .join(User, User.id == DefinitionVersion.author_id)
+            .where(
+                DefinitionVersion.definition_id == definition.id,
+                DefinitionVersion.version == number,
+            )
+        ).first()
+        if row is None:
+            raise UnknownDefinitionError(
+                f"definition {name!r} has no version {number} (latest is "
+                f"{definition.latest_version})"
+            )
+        return _info(definition, row[0], row[1])
+
+
+def list_versions(db: Database, tenant: str, name: str) -> list[VersionInfo]:
+    """Every version of definition ``name``, oldest first."""
+    with db.session() as session:
+        definition = _definition(session, get_tenant(session, tenant), name)
+        rows = session.execute(
+            sa.select(DefinitionVersion, User.name)
+            .join(User, User.id == DefinitionVersion.author_id)
+            .where(DefinitionVersion.definition_id == definition.id)
+            .order_by(DefinitionVersion.version)
+        ).all()
+        return [_info(definition, version, author) for version, author in rows]
+
+
+def _schedule_summary(block: dict[str, Any]) -> str:
+    schedule = block.get("schedule") or {}
+    what = schedule.get("cron") or (f"every {schedule['every']}" if "every" in schedule else "")
+    if not what:
+        return "manual"
+    return f"{what} ({schedule.get('timezone', 'UTC')})"
+
+
+def list_definitions(db: Database, tenant: str) -> list[DefinitionInfo]:
+    """Every definition of ``tenant``, by name, with its latest version's schedule."""
+    with db.session() as session:
+        owner = get_tenant(session, tenant)
+        rows = session.execute(
+            sa.select(ReportDefinition, DefinitionVersion)
+            .join(
+                DefinitionVersion,
+                sa.and_(
+                    DefinitionVersion.definition_id == ReportDefinition.id,
+                    DefinitionVersion.version == ReportDefinition.latest_version,
+                ),
+            )
+            .where(ReportDefinition.tenant_id == owner.id)
+            .order_by(ReportDefinition.name)
+        ).all()
+        return [
+            DefinitionInfo(
+                id=d.id,
+                name=d.name,
+                source_path=d.source_path,
+                latest_version=d.latest_version,
+                created_at=d.created_at,
+                updated_at=v.created_at,
+                schedule=_schedule_summary(v.spec),
+            )
+            for d, v in rows
+        ]

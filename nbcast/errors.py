@@ -1,0 +1,124 @@
+"""The exceptions nbcast raises, as one tree rooted at :class:`NbcastError`.
+
+::
+
+    NbcastError
+    ├── ConfigError                  bad or missing configuration (env, settings)
+    ├── StorageError                 the database could not be opened or migrated
+    │   └── SchedulerLockedError     another scheduler holds the embedded database's lock
+    ├── DefinitionError              a report definition is not acceptable
+    │   ├── NotebookError            not JSON, not a valid notebook, bad tags
+    │   ├── ParametersCellError      the parameters cell is not literal assignments
+    │   ├── MetadataError            the ``nbcast`` metadata block is invalid
+    │   ├── ParameterValueError      parameter values do not match the schema
+    │   ├── DuplicateDefinitionError the name is taken by a definition from another file
+    │   └── UnknownDefinitionError   no definition / version with that name or number
+    └── ScheduleError                a schedule cannot be compiled or previewed
+
+Every exception is a plain ``Exception`` subclass whose constructor arguments are kept
+in ``args``, so each one pickles and unpickles to an equal exception: Ray ships them
+between processes. Errors with structured fields store them as attributes *and* pass
+them to ``super().__init__`` in order, which is what makes that work.
+
+User-facing commands print ``str(error)`` on one line and exit with status 2 for any
+``NbcastError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DefinitionError",
+    "DuplicateDefinitionError",
+    "MetadataError",
+    "NbcastError",
+    "NotebookError",
+    "ParameterValueError",
+    "ParametersCellError",
+    "ScheduleError",
+    "SchedulerLockedError",
+    "StorageError",
+    "UnknownDefinitionError",
+]
+
+
+class NbcastError(Exception):
+    """Root of every error nbcast raises on purpose."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.args == getattr(other, "args", None)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.args))
+
+
+class ConfigError(NbcastError):
+    """Configuration is missing or malformed."""
+
+
+class StorageError(NbcastError):
+    """The database could not be opened, reached or migrated."""
+
+
+class SchedulerLockedError(StorageError):
+    """Another scheduler process already owns the embedded (SQLite) database."""
+
+
+class DefinitionError(NbcastError):
+    """A report definition (notebook, metadata, parameters) is not acceptable."""
+
+
+class NotebookError(DefinitionError):
+    """The file is not JSON, not a valid notebook, or its cells are tagged wrongly."""
+
+
+class ParametersCellError(DefinitionError):
+    """The cell tagged ``parameters`` holds something other than literal assignments.
+
+    ``line`` is the 1-based line inside that cell.
+    """
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message, line)
+        self.message = message
+        self.line = line
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return f"parameters cell: {self.message}"
+        return f"parameters cell, line {self.line}: {self.message}"
+
+
+class MetadataError(DefinitionError):
+    """The ``nbcast`` metadata block is invalid; ``field`` names the dotted path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)
+        self.field = field
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ParameterValueError(DefinitionError):
+    """Parameter values were refused; ``problems`` lists each one."""
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__(tuple(problems))
+        self.problems = tuple(problems)
+
+    def __str__(self) -> str:
+        return "invalid parameters: " + "; ".join(self.problems)
+
+
+class DuplicateDefinitionError(DefinitionError):
+    """A definition of that name already exists, published from another file."""
+
+
+class UnknownDefinitionError(DefinitionError):
+    """No definition, or no version, matches what was asked for."""
+
+
+class ScheduleError(NbcastError):
+    """A schedule cannot be compiled, or a preview range is unacceptable."""

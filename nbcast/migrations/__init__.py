@@ -1,0 +1,1 @@
+"""Alembic migrations of nbcast's schema (applied by ``nbcast db upgrade``)."""

@@ -1,0 +1,1 @@
+"""Scheduling control plane: cron/interval schedules, slots, the materializer."""

@@ -1,0 +1,180 @@
+"""The nbcast command: happy paths, and bad input that exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from nbcast.cli import main
+from nbcast.db import Database
+from tests.notebooks import make_notebook
+
+TABLES = ("tenants", "users", "report_definitions", "definition_versions")
+
+
+def _counts(url: str) -> dict[str, int]:
+    db = Database.open(url)
+    with db.engine.connect() as conn:
+        counts = {
+            t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES
+        }
+    db.dispose()
+    return counts
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_publish_list_show_versions_diff_export(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = make_notebook(tmp_path / "kpi.ipynb", nbcast={"schedule": {"cron": "30 6 * * 1"}})
+    assert run(capsys, "publish", str(path), "-m", "first")[1].startswith("published kpi v1")
+    code, out, _ = run(capsys, "publish", str(path))
+    assert code == 0
+    assert "unchanged, still v1" in out
+    make_notebook(path, body="print('v2')", nbcast={"schedule": {"cron": "30 6 * * 1"}})
+    code, out, _ = run(capsys, "publish", str(path), "-m", "second", "--json")
+    assert json.loads(out)["version"] == 2
+    code, out, _ = run(capsys, "definitions", "list", "--json")
+    assert [(d["name"], d["latest_version"]) for d in json.loads(out)] == [("kpi", 2)]
+    code, out, _ = run(capsys, "versions", "kpi", "--json")
+    assert [(v["version"], v["author"], v["message"]) for v in json.loads(out)] == [
+        (1, "tester", "first"),
+        (2, "tester", "second"),
+    ]
+    code, out, _ = run(capsys, "definitions", "show", "kpi", "--version", "1", "--json")
+    assert json.loads(out)["parameters"][0]["name"] == "region"
+    code, out, _ = run(capsys, "diff", "kpi", "1", "2")
+    assert code == 0
+    assert "print('v2')" in out
+    code, out, _ = run(capsys, "diff", "kpi", "1", "2", "--json")
+    assert json.loads(out)["diff"]
+    target = tmp_path / "exported.ipynb"
+    assert run(capsys, "export", "kpi", "--version", "1", "-o", str(target))[0] == 0
+    exported = json.loads(target.read_text())
+    assert "".join(exported["cells"][1]["source"]) == "print(region)"
+
+
+def test_a_notebook_without_parameters_is_fine(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = make_notebook(tmp_path / "plain.ipynb", parameters=None, body="1 + 1")
+    code, out, _ = run(capsys, "publish", str(path))
+    assert code == 0
+    code, out, _ = run(capsys, "definitions", "show", "plain", "--json")
+    assert json.loads(out)["parameters"] == []
+
+
+def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    not_json = tmp_path / "not_json.ipynb"
+    not_json.write_text("{oops")
+    not_nb = tmp_path / "not_nb.ipynb"
+    not_nb.write_text(
+        json.dumps(
+            {"cells": [{"cell_type": "bogus"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+        )
+    )
+    md_tag = make_notebook(
+        tmp_path / "md_tag.ipynb",
+        parameters=None,
+        extra_cells=[
+            {
+                "cell_type": "markdown",
+                "id": "m",
+                "metadata": {"tags": ["parameters"]},
+                "source": "x = 1",
+            }
+        ],
+    )
+    return {
+        "not-json": (not_json, "not JSON"),
+        "not-a-notebook": (not_nb, "not a valid notebook"),
+        "missing-file": (tmp_path / "missing.ipynb", "no such file"),
+        "tag-on-markdown": (md_tag, "markdown cell tagged 'parameters'"),
+        "code-in-parameters": (
+            make_notebook(tmp_path / "code.ipynb", parameters="import os\nx = os.getcwd()"),
+            "parameters cell, line 1",
+        ),
+        "bad-zone": (
+            make_notebook(
+                tmp_path / "zone.ipynb",
+                nbcast={"schedule": {"cron": "0 7 * * *", "timezone": "Mars/Olympus"}},
+            ),
+            "schedule.timezone: 'Mars/Olympus' is not an IANA time zone",
+        ),
+        "bad-cron": (
+            make_notebook(tmp_path / "cron.ipynb", nbcast={"schedule": {"cron": "0 25 * * *"}}),
+            "schedule.cron",
+        ),
+        "bad-parameter-value": (
+            make_notebook(tmp_path / "pv.ipynb", nbcast={"parameters": {"top_n": "ten"}}),
+            "parameters: top_n: expected int",
+        ),
+        "duplicate-name": (make_notebook(tmp_path / "other" / "kpi.ipynb"), "was published from"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "not-json",
+        "not-a-notebook",
+        "missing-file",
+        "tag-on-markdown",
+        "code-in-parameters",
+        "bad-zone",
+        "bad-cron",
+        "bad-parameter-value",
+        "duplicate-name",
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    assert run(capsys, "publish", str(make_notebook(tmp_path / "kpi.ipynb")))[0] == 0
+    before = _counts(use_db)
+    path, message = _bad_files(tmp_path)[case]
+    code, out, err = run(
+        capsys, "publish", str(path), "--name", "kpi" if case == "duplicate-name" else "fresh-name"
+    )
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ")
+    assert message in err
+    assert _counts(use_db) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["versions", "nope"], id="unknown-definition"),
+        pytest.param(["diff", "nope", "1", "2"], id="unknown-diff"),
+        pytest.param(["export", "nope", "-o", "x.ipynb"], id="unknown-export"),
+    ],
+)
+def test_unknown_names_exit_2(
+    use_db: str, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert "no definition named 'nope'" in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "publish")[0] == 2
+    assert run(capsys, "no-such-command")[0] == 2
+
+
+def test_db_upgrade(capsys: pytest.CaptureFixture[str], nbcast_home: Path) -> None:
+    code, out, _ = run(capsys, "db", "upgrade")
+    assert code == 0
+    assert "-> 0001" in out or "-> " in out
+    assert (nbcast_home / "nbcast.db").exists()
