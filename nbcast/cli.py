@@ -28,6 +28,16 @@ class AppContext:
 
     settings: Settings
     _db: Any = field(default=None, repr=False)
+    _clock: Any = field(default=None, repr=False)
+
+    @property
+    def clock(self) -> Any:
+        """The clock (``NBCAST_CLOCK``; the real one by default)."""
+        if self._clock is None:
+            from nbcast.clock import clock_from_env
+
+            self._clock = clock_from_env()
+        return self._clock
 
     @property
     def db(self) -> Any:
@@ -45,7 +55,8 @@ pass_app = click.make_pass_decorator(AppContext)
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    # Piped output is read by people in logs and CI: don't truncate it to 80 columns.
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _emit_json(value: Any) -> None:
@@ -135,6 +146,7 @@ def publish(
         author=author or app.settings.user,
         name=name,
         message=message,
+        now=app.clock.now(),
     )
     if as_json:
         _emit_json(
@@ -299,6 +311,13 @@ def export(app: AppContext, name: str, number: int | None, output: Path) -> None
     click.echo(f"wrote {name} v{info.version} to {output}")
 
 
+def _register_commands() -> None:
+    from nbcast import cli_executor, cli_scheduler  # noqa: F401  (add their commands)
+
+
+_register_commands()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status (2 for any NbcastError)."""
     try:
@@ -317,7 +336,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"error: {exc}", err=True)
         return 2
     return int(result) if isinstance(result, int) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -39,6 +39,7 @@ __all__ = [
     "JSONType",
     "UTCDateTime",
     "insert_ignore",
+    "insert_many_ignore",
 ]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -86,7 +87,9 @@ class Base(DeclarativeBase):
 def _import_models() -> None:
     """Import every plane's models so ``Base.metadata`` knows all tables."""
     import nbcast.definitions.models
-    import nbcast.governance.models  # noqa: F401
+    import nbcast.executor.models
+    import nbcast.governance.models
+    import nbcast.scheduler.models  # noqa: F401
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -128,6 +131,7 @@ class Database:
     """
 
     def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        _import_models()  # relationships and flush order need every plane's tables
         self.url = url
         self.engine = create_engine(url, **engine_kwargs)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -223,11 +227,72 @@ class Database:
             yield
 
 
-def insert_ignore(table: sa.Table, rows: Sequence[dict[str, Any]], dialect: str) -> Any:
+def _table(model: type[Base] | sa.Table) -> sa.Table:
+    return model if isinstance(model, sa.Table) else cast(sa.Table, model.__table__)
+
+
+def insert_ignore(
+    model: type[Base] | sa.Table, rows: Sequence[dict[str, Any]], dialect: str
+) -> Any:
     """``INSERT … ON CONFLICT DO NOTHING`` for ``rows`` on either back end."""
+    table = _table(model)
     if dialect == "postgresql":
         return postgresql.insert(table).values(list(rows)).on_conflict_do_nothing()
     return sqlite.insert(table).values(list(rows)).on_conflict_do_nothing()
+
+
+def insert_many_ignore(
+    session: Session, model: type[Base] | sa.Table, rows: Sequence[dict[str, Any]]
+) -> int:
+    """Insert ``rows`` with ``ON CONFLICT DO NOTHING``; return how many were new.
+
+    On PostgreSQL the rows are streamed with ``COPY`` into a temporary staging table
+    and moved with one ``INSERT … SELECT``: no per-row SQL to build or parse, which is
+    what lets the materializer insert tens of thousands of slots a second. On SQLite it
+    is an executemany with ``RETURNING``.
+    """
+    if not rows:
+        return 0
+    table = _table(model)
+    if session.get_bind().dialect.name == "postgresql":
+        return _copy_insert(session, table, rows)
+    key = next(iter(table.primary_key.columns))
+    statement = sqlite.insert(table).on_conflict_do_nothing().returning(key)
+    return len(session.execute(statement, list(rows)).all())
+
+
+def _copy_insert(session: Session, table: sa.Table, rows: Sequence[dict[str, Any]]) -> int:
+    """COPY ``rows`` into a session-local staging table, then one ``INSERT … SELECT …
+    ON CONFLICT DO NOTHING``: the cheapest way to move many rows into PostgreSQL."""
+    import json
+
+    names = list(rows[0])
+    columns = ", ".join(f'"{n}"' for n in names)
+    json_columns = {n for n in names if isinstance(_impl(table.c[n].type), sa.JSON)}
+    stage = f"_nbcast_stage_{table.name}"
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cursor:
+        cursor.execute(
+            f'CREATE TEMP TABLE IF NOT EXISTS "{stage}" ON COMMIT DELETE ROWS AS '
+            f'SELECT {columns} FROM "{table.name}" WITH NO DATA'
+        )
+        cursor.execute(f'TRUNCATE "{stage}"')
+        with cursor.copy(f'COPY "{stage}" ({columns}) FROM STDIN') as copy:
+            for row in rows:
+                copy.write_row(
+                    [json.dumps(row[n]) if n in json_columns and row[n] is not None else row[n]
+                     for n in names]
+                )
+        cursor.execute(
+            f'INSERT INTO "{table.name}" ({columns}) SELECT {columns} FROM "{stage}" '
+            "ON CONFLICT DO NOTHING"
+        )
+        return max(int(cursor.rowcount), 0)
+
+
+def _impl(kind: Any) -> Any:
+    return kind.impl_instance if isinstance(kind, sa.types.TypeDecorator) else kind
 
 
 def utcnow() -> datetime:

@@ -13,7 +13,13 @@
     │   ├── ParameterValueError      parameter values do not match the schema
     │   ├── DuplicateDefinitionError the name is taken by a definition from another file
     │   └── UnknownDefinitionError   no definition / version with that name or number
-    └── ScheduleError                a schedule cannot be compiled or previewed
+    ├── ScheduleError                a schedule cannot be compiled or previewed
+    ├── ExecutionError               a run could not be executed to its end
+    │   ├── NotebookExecutionError   a cell raised (cell index, ename, evalue, traceback)
+    │   ├── RunTimeoutError          the run exceeded its time limit
+    │   ├── RunCancelledError        the run was cancelled while it executed
+    │   └── LeaseLostError           this attempt no longer holds the run (fencing)
+    └── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
 
 Every exception is a plain ``Exception`` subclass whose constructor arguments are kept
 in ``args``, so each one pickles and unpickles to an equal exception: Ray ships them
@@ -30,11 +36,17 @@ __all__ = [
     "ConfigError",
     "DefinitionError",
     "DuplicateDefinitionError",
+    "ExecutionError",
+    "LeaseLostError",
     "MetadataError",
     "NbcastError",
     "NotebookError",
+    "NotebookExecutionError",
     "ParameterValueError",
     "ParametersCellError",
+    "QueryLimitExceeded",
+    "RunCancelledError",
+    "RunTimeoutError",
     "ScheduleError",
     "SchedulerLockedError",
     "StorageError",
@@ -122,3 +134,48 @@ class UnknownDefinitionError(DefinitionError):
 
 class ScheduleError(NbcastError):
     """A schedule cannot be compiled, or a preview range is unacceptable."""
+
+
+class ExecutionError(NbcastError):
+    """A run could not be executed to its end."""
+
+
+class NotebookExecutionError(ExecutionError):
+    """A cell raised. Keeps papermill's structured fields, not just a message."""
+
+    def __init__(
+        self, cell_index: int, ename: str, evalue: str, traceback: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(cell_index, ename, evalue, tuple(traceback))
+        self.cell_index = cell_index
+        self.ename = ename
+        self.evalue = evalue
+        self.traceback = tuple(traceback)
+
+    def __str__(self) -> str:
+        return f"cell {self.cell_index} raised {self.ename}: {self.evalue}"
+
+
+class RunTimeoutError(ExecutionError):
+    """The run exceeded its time limit and its kernel was stopped."""
+
+
+class RunCancelledError(ExecutionError):
+    """The run was cancelled while it executed."""
+
+
+class LeaseLostError(ExecutionError):
+    """This attempt no longer holds the run's lease; its writes are refused (fencing)."""
+
+
+class QueryLimitExceeded(NbcastError):
+    """A warehouse query hit a cap. ``limit`` is ``rows``, ``bytes`` or ``seconds``."""
+
+    def __init__(self, limit: str, cap: float, message: str) -> None:
+        super().__init__(limit, cap, message)
+        self.limit = limit
+        self.cap = cap
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

@@ -102,3 +102,53 @@ def use_db(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Point the CLI (NBCAST_DATABASE_URL) at the parametrized database."""
     monkeypatch.setenv("NBCAST_DATABASE_URL", db_url)
     return db_url
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real two-node Ray cluster on this machine, started once per test session.
+
+    ``ray start --head`` (1 CPU, resource ``node_head``) plus a second node joined with
+    ``ray start --address`` (1 CPU, resource ``node_second``), temp dir under the
+    session's folder, usage stats off. Yields the GCS address workers join with.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    ray = Path(sys.executable).parent / "ray"
+    if not ray.exists() or shutil.which("ps") is None:
+        service_missing("Ray", "the ray command is not installed")
+    temp = Path("/tmp") / f"nbray-{os.getpid()}"  # Ray wants a short socket path
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    common = ["--disable-usage-stats", "--num-cpus=1", "--num-gpus=0"]
+    head = subprocess.run(
+        [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}",
+         "--include-dashboard=false", "--resources={\"node_head\": 1, "
+         "\"nbcast_tenant_default\": 4}", *common],
+        env=env, capture_output=True, text=True, timeout=180)
+    if head.returncode != 0:
+        service_missing("Ray", head.stderr.strip().splitlines()[-1] if head.stderr else "?")
+    address = f"127.0.0.1:{port}"
+    second = subprocess.run(
+        [str(ray), "start", f"--address={address}",
+         "--resources={\"node_second\": 1, \"nbcast_tenant_default\": 4}", *common],
+        env=env, capture_output=True, text=True, timeout=180)
+    try:
+        if second.returncode != 0:
+            pytest.fail(f"second Ray node failed: {second.stderr[-500:]}")
+        yield address
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True,
+                       timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+        tmp_path_factory.getbasetemp()

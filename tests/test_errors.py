@@ -23,6 +23,14 @@ SAMPLES: dict[str, errors.NbcastError] = {
     "DuplicateDefinitionError": errors.DuplicateDefinitionError("taken"),
     "UnknownDefinitionError": errors.UnknownDefinitionError("none"),
     "ScheduleError": errors.ScheduleError("from >= to"),
+    "ExecutionError": errors.ExecutionError("worker died"),
+    "NotebookExecutionError": errors.NotebookExecutionError(
+        3, "ZeroDivisionError", "division by zero", ("Traceback", "line 1")
+    ),
+    "RunTimeoutError": errors.RunTimeoutError("over 600 s"),
+    "RunCancelledError": errors.RunCancelledError("cancelled by ana"),
+    "LeaseLostError": errors.LeaseLostError("run 7 attempt 2"),
+    "QueryLimitExceeded": errors.QueryLimitExceeded("rows", 1000, "1,001 rows > 1,000"),
 }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +161,15 @@ def publish(
     author: str,
     name: str | None = None,
     message: str = "",
+    now: datetime | None = None,
 ) -> PublishResult:
-    """Publish the notebook at ``path`` as a new version (module docstring)."""
+    """Publish the notebook at ``path`` as a new version (module docstring).
+
+    ``now`` is the publish instant (default: the real clock); it starts a new
+    definition's schedule, so tests and simulations pass their clock's time.
+    """
     prepared = prepare(path, name)
+    now = now or datetime.now(UTC)
     with db.session() as session:
         owner = get_tenant(session, tenant)
         user = ensure_user(session, owner, author)
@@ -179,6 +185,7 @@ def publish(
                 source_path=prepared.source_path,
                 created_by=user.id,
                 latest_version=0,
+                created_at=now,
             )
             session.add(definition)
             session.flush()
@@ -207,6 +214,7 @@ def publish(
                 spec=prepared.block,
                 author_id=user.id,
                 message=message,
+                created_at=now,
             )
         )
         definition.latest_version = number

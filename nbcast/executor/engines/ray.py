@@ -1,0 +1,168 @@
+"""The Ray engine: one Ray task per attempt, locally or on a cluster.
+
+Each attempt is a task named ``nbcast:<tenant>/<definition>@<slot>`` (so the Ray
+dashboard shows who is running what) with ``num_cpus`` and ``memory`` from the
+tenant's quota and one unit of the tenant's custom resource
+``nbcast_tenant_<tenant>``: a cluster whose nodes declare that resource (``ray start
+--resources='{"nbcast_tenant_acme": 4}'``) enforces the tenant's share itself. When
+the cluster does not declare a tenant's resource the task is submitted without it
+(logged once) — nbcast's claim already keeps the tenant within its concurrency
+quota — rather than left pending forever.
+
+``address=None`` starts a local Ray (``ray.init()``) that declares every tenant's
+resource at its concurrency quota; ``"auto"`` or ``"ray://host:10001"`` joins a
+cluster. Runs started, succeeded and failed are counted per tenant with
+``ray.util.metrics`` (``nbcast_runs_started`` and so on), next to Ray's own metrics.
+
+Tasks never write to the database: the worker that holds the lease records their
+outcome through fenced writes, so a task that outlives its lease cannot complete
+its run. Within a Ray worker process, kernels come from a process-local warm pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.engines.base import Engine, Resources
+from nbcast.executor.models import RunState
+
+__all__ = ["RayEngine"]
+
+log = logging.getLogger(__name__)
+_POOL: Any = None
+
+
+def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
+    """The Ray task body: execute the attempt on this node with a warm kernel."""
+    import dataclasses
+
+    import ray
+
+    from nbcast.executor.attempt import execute_attempt
+    from nbcast.executor.kernels import KernelPool
+
+    global _POOL
+    if _POOL is None and os.environ.get("NBCAST_RAY_WARM_KERNELS", "1") == "1":
+        _POOL = KernelPool(size=1)
+    outcome = execute_attempt(job, pool=_POOL)
+    node = ray.get_runtime_context().get_node_id()
+    return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")
+
+
+def resource_name(tenant: str) -> str:
+    """The custom resource that stands for ``tenant``'s share on a Ray cluster."""
+    return f"nbcast_tenant_{tenant}"
+
+
+class RayEngine(Engine):
+    """Runs each attempt as a Ray task (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        capacity: int = 2,
+        *,
+        address: str | None = None,
+        tenants: dict[str, int] | None = None,
+        num_cpus: int | None = None,
+        temp_dir: str | None = None,
+        include_dashboard: bool | None = None,
+    ) -> None:
+        import ray
+        from ray.util import metrics
+
+        self.capacity = capacity
+        if not ray.is_initialized():
+            options: dict[str, Any] = {
+                "namespace": "nbcast",
+                "ignore_reinit_error": True,
+                "log_to_driver": False,
+            }
+            if address:
+                options["address"] = address
+            else:
+                options["num_cpus"] = num_cpus or os.cpu_count() or 2
+                options["resources"] = {
+                    resource_name(t): float(n) for t, n in (tenants or {}).items()
+                }
+                if temp_dir:
+                    options["_temp_dir"] = temp_dir
+                if include_dashboard is not None:
+                    options["include_dashboard"] = include_dashboard
+            ray.init(**options)
+        self._ray = ray
+        self._task = ray.remote(max_retries=0)(_run_in_ray)
+        self._refs: dict[Any, tuple[int, int, str]] = {}
+        self._by_attempt: dict[tuple[int, int], Any] = {}
+        self._warned: set[str] = set()
+        self._started = metrics.Counter(
+            "nbcast_runs_started", "attempts started", tag_keys=("tenant",)
+        )
+        self._succeeded = metrics.Counter(
+            "nbcast_runs_succeeded", "attempts succeeded", tag_keys=("tenant",)
+        )
+        self._failed = metrics.Counter(
+            "nbcast_runs_failed", "attempts not succeeded", tag_keys=("tenant",)
+        )
+
+    def submit(self, job: AttemptJob, resources: Resources) -> None:
+        custom = resource_name(resources.tenant)
+        options: dict[str, Any] = {
+            "name": job.label,
+            "num_cpus": resources.num_cpus,
+            "memory": resources.memory_mb * 1024 * 1024,
+        }
+        if custom in self._ray.cluster_resources():
+            options["resources"] = {custom: 1}
+        elif custom not in self._warned:
+            self._warned.add(custom)
+            log.warning(
+                "the Ray cluster declares no %s resource; tenant %s's share is "
+                "enforced by nbcast's claims only",
+                custom,
+                resources.tenant,
+            )
+        ref = self._task.options(**options).remote(job)
+        self._refs[ref] = (job.run_id, job.attempt, resources.tenant)
+        self._by_attempt[(job.run_id, job.attempt)] = ref
+        self._started.inc(1, tags={"tenant": resources.tenant})
+
+    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+        if not self._refs:
+            return []
+        ready, _ = self._ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
+        ended = []
+        for ref in ready:
+            run_id, attempt, tenant = self._refs.pop(ref)
+            self._by_attempt.pop((run_id, attempt), None)
+            try:
+                outcome: AttemptOutcome = self._ray.get(ref)
+            except self._ray.exceptions.TaskCancelledError:
+                outcome = AttemptOutcome(
+                    state=RunState.CANCELLED, duration_s=0.0, error={"message": "cancelled"}
+                )
+            except Exception as exc:  # the task or its worker died
+                outcome = AttemptOutcome(
+                    state=RunState.FAILED,
+                    duration_s=0.0,
+                    error={"ename": type(exc).__name__, "evalue": str(exc)[:2000]},
+                )
+            counter = self._succeeded if outcome.state is RunState.SUCCEEDED else self._failed
+            counter.inc(1, tags={"tenant": tenant})
+            ended.append((run_id, attempt, outcome))
+        return ended
+
+    def cancel(self, run_id: int, attempt: int) -> None:
+        ref = self._by_attempt.get((run_id, attempt))
+        if ref is not None:
+            self._ray.cancel(ref, force=False)
+
+    def close(self) -> None:
+        for ref in list(self._refs):
+            self._ray.cancel(ref, force=False)
+        self._refs.clear()

@@ -1,0 +1,577 @@
+"""The run queue: claims, leases, fencing, heartbeats, completion, retries, the reaper.
+
+**Claim.** A worker asks for up to ``limit`` runs. Tenants with due QUEUED work are
+ordered by how far they are below their share (``active runs / share``, lowest
+first), so one tenant's backlog of 10,000 runs cannot starve another tenant's single
+run: the small tenant is at 0 active and goes first in the very next claim. For
+each tenant in that order the claim locks the tenant's row (``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL — claims for one tenant are serialized, claims for different
+tenants proceed in parallel), recounts its active runs *under that lock*, and takes
+at most ``max_concurrent_runs - active`` runs with ``FOR UPDATE SKIP LOCKED``. So no
+number of concurrent workers can push a tenant past its concurrency quota. A run is
+skipped while a cancel has been requested for it, and a *serial* run (every overlap
+policy but ``allow``) while another run of its definition is leased or running.
+
+**Lease and fencing.** Claiming sets ``state = LEASED``, ``lease_owner``,
+``lease_expires_at`` and ``attempt = attempt + 1``, and inserts the attempt's row.
+The attempt number is the fencing token: every later write of that attempt —
+start, heartbeat, success, failure — says ``WHERE id = :id AND attempt = :attempt
+AND lease_owner = :owner AND state IN ('LEASED', 'RUNNING')``, and when it matches
+no row the attempt has lost the run (:class:`~nbcast.errors.LeaseLostError`): a
+worker that was presumed dead cannot complete it.
+
+**Reaper.** A leased or running run whose lease has expired goes back to QUEUED
+(``not_before`` = now + backoff) with its attempt marked LOST, or to FAILED
+``lease_expired`` once it has had ``max_attempts`` attempts.
+
+**Retries.** A failed attempt (a cell raised, the worker lost its kernel) is retried
+with exponential backoff and full jitter — ``uniform(0, min(cap, base · 2^(n-1)))``
+— until ``max_attempts``; then the run is FAILED with the last error. A timeout is
+not retried (TIMED_OUT): a report that ran out of time once will do so again.
+A cancel ends the run CANCELLED.
+
+**Budget.** A tenant whose warehouse budget (bytes scanned this calendar month,
+UTC) is spent gets no new runs admitted: the claim moves its due runs to FAILED
+``budget_exceeded`` instead of leasing them. Failing, not waiting, so the owner sees
+at once why the report did not come, instead of a queue that silently grows.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.clock import Clock
+from nbcast.db import Database
+from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.errors import LeaseLostError
+from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
+from nbcast.governance.models import Tenant
+
+__all__ = ["Lease", "Quota", "RunQueue", "backoff"]
+
+_LIVE = (RunState.LEASED.value, RunState.RUNNING.value)
+
+
+def backoff(
+    attempt: int, *, base: float = 30.0, cap: float = 3600.0, rng: random.Random | None = None
+) -> timedelta:
+    """Exponential backoff with full jitter before attempt ``attempt + 1``."""
+    ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
+    return timedelta(seconds=(rng or random).uniform(0, ceiling))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quota:
+    """What one run of a tenant may use."""
+
+    max_concurrent_runs: int
+    cpus_per_run: float
+    memory_mb_per_run: int
+    run_timeout_s: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A claimed attempt at a run: everything a worker needs to execute it."""
+
+    run_id: int
+    attempt: int
+    owner: str
+    expires_at: datetime
+    tenant_id: int
+    tenant: str
+    definition_id: int
+    definition: str
+    version: int
+    slot_key: str | None
+    kind: str
+    fire_at: datetime
+    parameters: dict[str, Any]
+    notebook_json: str
+    quota: Quota
+    warehouse: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """``nbcast:<tenant>/<definition>@<slot>``: how the run appears in Ray and logs."""
+        return f"nbcast:{self.tenant}/{self.definition}@{self.slot_key or f'manual-{self.run_id}'}"
+
+
+@dataclass
+class ClaimStats:
+    """What one claim did, for logs and tests."""
+
+    leased: int = 0
+    budget_failed: int = 0
+    skipped_tenants: list[str] = field(default_factory=list)
+
+
+class RunQueue:
+    """The execution plane's view of the runs table for one worker (module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        owner: str,
+        lease_seconds: float = 30.0,
+        engine: str = "local",
+        backoff_base: float = 30.0,
+        backoff_cap: float = 3600.0,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+        self.engine = engine
+        self.host = socket.gethostname()
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.last_claim = ClaimStats()
+
+    # -- claiming ---------------------------------------------------------------
+
+    def _lock(self, query: Any) -> Any:
+        if self.db.dialect == "postgresql":
+            return query.with_for_update(skip_locked=True)
+        return query
+
+    def claim(self, limit: int = 1) -> list[Lease]:
+        """Lease up to ``limit`` due runs, respecting quotas and fair share."""
+        stats = ClaimStats()
+        self.last_claim = stats
+        if limit <= 0:
+            return []
+        now = self.clock.now()
+        leases: list[Lease] = []
+        with self.db.session() as session:
+            for tenant, count in self._plan(session, now, limit):
+                locked = session.scalar(self._lock(sa.select(Tenant).where(Tenant.id == tenant.id)))
+                if locked is None:
+                    stats.skipped_tenants.append(tenant.name)
+                    continue  # another worker is claiming for this tenant right now
+                room = min(tenant.max_concurrent_runs - self._active(session, tenant.id), count)
+                if room <= 0:
+                    continue
+                if self._budget_spent(session, tenant, now):
+                    stats.budget_failed += self._fail_over_budget(session, tenant.id, now)
+                    continue
+                leases.extend(self._lease_runs(session, tenant, room, now))
+        stats.leased = len(leases)
+        return leases
+
+    def _plan(self, session: Session, now: datetime, limit: int) -> list[tuple[Tenant, int]]:
+        """How many runs to try to lease per tenant, handed out one at a time to the
+        tenant furthest below its share (active / share, ties by name)."""
+        due = (
+            sa.select(Run.id)
+            .where(Run.tenant_id == Tenant.id, Run.state == "QUEUED", Run.not_before <= now)
+            .limit(limit)
+            .correlate(Tenant)
+            .subquery()
+        )
+        queued = sa.select(sa.func.count()).select_from(due).scalar_subquery()
+        active = (
+            sa.select(sa.func.count())
+            .where(Run.tenant_id == Tenant.id, Run.state.in_(_LIVE))
+            .correlate(Tenant)
+            .scalar_subquery()
+        )
+        has_work = sa.exists().where(
+            Run.tenant_id == Tenant.id, Run.state == "QUEUED", Run.not_before <= now
+        )
+        rows = session.execute(sa.select(Tenant, active, queued).where(has_work)).all()
+        load = {t.id: int(a) for t, a, _ in rows}
+        waiting = {t.id: int(q) for t, _, q in rows}
+        given = {t.id: 0 for t, _, _ in rows}
+        tenants = {t.id: t for t, _, _ in rows}
+        for _ in range(limit):
+            open_ = [
+                t
+                for t in tenants.values()
+                if given[t.id] < waiting[t.id] and load[t.id] < t.max_concurrent_runs
+            ]
+            if not open_:
+                break
+            pick = min(open_, key=lambda t: (load[t.id] / max(t.share, 1e-9), t.name))
+            given[pick.id] += 1
+            load[pick.id] += 1
+        plan = [(tenants[i], n) for i, n in given.items() if n]
+        plan.sort(key=lambda item: item[0].name)  # lock tenants in one order: no deadlock
+        return plan
+
+    def _active(self, session: Session, tenant_id: int) -> int:
+        return int(
+            session.scalar(
+                sa.select(sa.func.count())
+                .select_from(Run)
+                .where(Run.tenant_id == tenant_id, Run.state.in_(_LIVE))
+            )
+            or 0
+        )
+
+    def _budget_spent(self, session: Session, tenant: Tenant, now: datetime) -> bool:
+        if tenant.warehouse_budget_bytes is None:
+            return False
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        spent = session.scalar(
+            sa.select(sa.func.coalesce(sa.func.sum(WarehouseUsage.bytes), 0)).where(
+                WarehouseUsage.tenant_id == tenant.id, WarehouseUsage.recorded_at >= month
+            )
+        )
+        return int(spent or 0) >= tenant.warehouse_budget_bytes
+
+    def _fail_over_budget(self, session: Session, tenant_id: int, now: datetime) -> int:
+        result = session.execute(
+            sa.update(Run)
+            .where(Run.tenant_id == tenant_id, Run.state == "QUEUED", Run.not_before <= now)
+            .values(
+                state=RunState.FAILED.value,
+                reason="budget_exceeded",
+                finished_at=now,
+                error={
+                    "reason": "budget_exceeded",
+                    "message": "the tenant's warehouse budget for this month is spent",
+                },
+            )
+        )
+        return int(cast(Any, result).rowcount or 0)
+
+    def _lease_runs(
+        self, session: Session, tenant: Tenant, room: int, now: datetime
+    ) -> list[Lease]:
+        busy = sa.orm.aliased(Run)
+        cancel_asked = sa.exists().where(CancelRequest.run_id == Run.id)
+        definition_busy = sa.exists().where(
+            busy.definition_id == Run.definition_id, busy.state.in_(_LIVE)
+        )
+        candidates = session.execute(
+            self._lock(
+                sa.select(Run.id, Run.definition_id, Run.serial)
+                .where(
+                    Run.tenant_id == tenant.id,
+                    Run.state == "QUEUED",
+                    Run.not_before <= now,
+                    ~cancel_asked,
+                    sa.or_(~Run.serial, ~definition_busy),
+                )
+                .order_by(Run.not_before, Run.id)
+                .limit(room * 4)
+            )
+        ).all()  # extra, for serial runs dropped below
+        chosen: list[int] = []
+        serial_seen: set[int] = set()
+        for run_id, definition_id, serial in candidates:
+            if serial:
+                if definition_id in serial_seen:
+                    continue  # one at a time per definition
+                serial_seen.add(definition_id)
+            chosen.append(run_id)
+            if len(chosen) == room:
+                break
+        if not chosen:
+            return []
+        # The lease starts now, under the tenant lock, not when the claim began waiting.
+        now = self.clock.now()
+        expires = now + self.lease
+        session.execute(
+            sa.update(Run)
+            .where(Run.id.in_(chosen))
+            .values(
+                state=RunState.LEASED.value,
+                attempt=Run.attempt + 1,
+                lease_owner=self.owner,
+                lease_expires_at=expires,
+                reason=None,
+            )
+        )
+        rows = session.execute(
+            sa.select(Run, ReportDefinition.name, DefinitionVersion.notebook_json)
+            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
+            .join(DefinitionVersion, DefinitionVersion.id == Run.version_id)
+            .where(Run.id.in_(chosen))
+            .order_by(Run.not_before, Run.id)
+        ).all()
+        quota = Quota(
+            max_concurrent_runs=tenant.max_concurrent_runs,
+            cpus_per_run=tenant.cpus_per_run,
+            memory_mb_per_run=tenant.memory_mb_per_run,
+            run_timeout_s=tenant.run_timeout_s,
+            max_attempts=tenant.max_attempts,
+        )
+        leases = []
+        for run, definition, notebook_json in rows:
+            session.add(
+                RunAttempt(
+                    tenant_id=tenant.id,
+                    run_id=run.id,
+                    attempt=run.attempt,
+                    worker=self.owner,
+                    host=self.host,
+                    engine=self.engine,
+                    started_at=now,
+                )
+            )
+            leases.append(
+                Lease(
+                    run_id=run.id,
+                    attempt=run.attempt,
+                    owner=self.owner,
+                    expires_at=expires,
+                    tenant_id=tenant.id,
+                    tenant=tenant.name,
+                    definition_id=run.definition_id,
+                    definition=definition,
+                    version=run.version,
+                    slot_key=run.slot_key,
+                    kind=run.kind,
+                    fire_at=run.fire_at,
+                    parameters=dict(run.parameters or {}),
+                    notebook_json=notebook_json,
+                    quota=quota,
+                    warehouse=tenant.warehouse,
+                )
+            )
+        return leases
+
+    # -- fenced writes ----------------------------------------------------------
+
+    def _fenced(self, lease: Lease) -> Any:
+        return sa.and_(
+            Run.id == lease.run_id,
+            Run.attempt == lease.attempt,
+            Run.lease_owner == lease.owner,
+            Run.state.in_(_LIVE),
+        )
+
+    def _update(self, session: Session, lease: Lease, **values: Any) -> None:
+        result = session.execute(sa.update(Run).where(self._fenced(lease)).values(**values))
+        if int(cast(Any, result).rowcount or 0) != 1:
+            raise LeaseLostError(
+                f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
+            )
+
+    def start(self, lease: Lease) -> None:
+        """LEASED → RUNNING for this attempt."""
+        with self.db.session() as session:
+            self._update(session, lease, state=RunState.RUNNING.value, started_at=self.clock.now())
+
+    def heartbeat(self, lease: Lease) -> bool:
+        """Extend the lease; return True if a cancel was requested. LeaseLostError if lost."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            self._update(session, lease, lease_expires_at=now + self.lease)
+            return bool(
+                session.scalar(sa.select(sa.exists().where(CancelRequest.run_id == lease.run_id)))
+            )
+
+    def succeed(
+        self,
+        lease: Lease,
+        *,
+        artifact_sha256: str | None,
+        duration_s: float,
+        kernel_start_s: float | None = None,
+        usage: list[dict[str, Any]] | None = None,
+        host: str = "",
+    ) -> None:
+        """Record success (fenced), with the attempt and the warehouse figures."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            self._update(
+                session,
+                lease,
+                state=RunState.SUCCEEDED.value,
+                finished_at=now,
+                artifact_sha256=artifact_sha256,
+                lease_owner=None,
+                lease_expires_at=None,
+                error=None,
+                reason=None,
+            )
+            self._end_attempt(
+                session,
+                lease,
+                "SUCCEEDED",
+                now,
+                None,
+                duration_s,
+                kernel_start_s,
+                artifact_sha256,
+                host,
+            )
+            self._record_usage(session, lease, usage or [], now)
+
+    def fail(
+        self,
+        lease: Lease,
+        error: dict[str, Any],
+        *,
+        outcome: RunState = RunState.FAILED,
+        duration_s: float | None = None,
+        artifact_sha256: str | None = None,
+        usage: list[dict[str, Any]] | None = None,
+        retry: bool = True,
+        host: str = "",
+    ) -> RunState:
+        """Record a failed attempt (fenced); retry with backoff if attempts remain.
+
+        ``outcome`` is FAILED, TIMED_OUT or CANCELLED; only FAILED is retried. Returns
+        the run's new state.
+        """
+        now = self.clock.now()
+        retryable = outcome is RunState.FAILED and retry
+        with self.db.session() as session:
+            if retryable and lease.attempt < lease.quota.max_attempts:
+                state = RunState.QUEUED
+                delay = backoff(lease.attempt, base=self.backoff_base, cap=self.backoff_cap)
+                self._update(
+                    session,
+                    lease,
+                    state=state.value,
+                    not_before=now + delay,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    error=error,
+                    reason="retry",
+                )
+            else:
+                state = outcome
+                reason = {RunState.TIMED_OUT: "timeout", RunState.CANCELLED: "cancelled"}.get(
+                    outcome, "max_attempts" if retryable else "error"
+                )
+                self._update(
+                    session,
+                    lease,
+                    state=state.value,
+                    finished_at=now,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    error=error,
+                    reason=reason,
+                    artifact_sha256=artifact_sha256,
+                )
+            self._end_attempt(
+                session, lease, outcome.value, now, error, duration_s, None, artifact_sha256, host
+            )
+            self._record_usage(session, lease, usage or [], now)
+        return state
+
+    def _end_attempt(
+        self,
+        session: Session,
+        lease: Lease,
+        outcome: str,
+        now: datetime,
+        error: dict[str, Any] | None,
+        duration_s: float | None,
+        kernel_start_s: float | None,
+        artifact_sha256: str | None,
+        host: str = "",
+    ) -> None:
+        values: dict[str, Any] = {
+            "ended_at": now,
+            "outcome": outcome,
+            "error": error,
+            "duration_s": duration_s,
+            "kernel_start_s": kernel_start_s,
+            "artifact_sha256": artifact_sha256,
+        }
+        if host:  # where it actually ran (a Ray node), when not the claiming host
+            values["host"] = host
+        session.execute(
+            sa.update(RunAttempt)
+            .where(RunAttempt.run_id == lease.run_id, RunAttempt.attempt == lease.attempt)
+            .values(**values)
+        )
+
+    def _record_usage(
+        self, session: Session, lease: Lease, usage: list[dict[str, Any]], now: datetime
+    ) -> None:
+        for item in usage:
+            session.add(
+                WarehouseUsage(
+                    tenant_id=lease.tenant_id,
+                    run_id=lease.run_id,
+                    attempt=lease.attempt,
+                    connection=str(item.get("connection", "default")),
+                    sql_sha256=str(item.get("sql_sha256", "")),
+                    rows=int(item.get("rows", 0)),
+                    bytes=int(item.get("bytes", 0)),
+                    seconds=float(item.get("seconds", 0.0)),
+                    error=item.get("error"),
+                    recorded_at=now,
+                )
+            )
+
+    # -- housekeeping -----------------------------------------------------------
+
+    def reap(self) -> int:
+        """Return runs with expired leases to the queue (or FAILED); return how many."""
+        now = self.clock.now()
+        count = 0
+        with self.db.session() as session:
+            expired = session.execute(
+                self._lock(
+                    sa.select(Run.id, Run.attempt, Run.tenant_id)
+                    .where(Run.state.in_(_LIVE), Run.lease_expires_at < now)
+                    .limit(500)
+                )
+            ).all()
+            if not expired:
+                return 0
+            attempts = {t: n for t, n in session.execute(sa.select(Tenant.id, Tenant.max_attempts))}
+            for run_id, attempt, tenant_id in expired:
+                lost = {
+                    "reason": "lease_expired",
+                    "message": f"attempt {attempt} stopped heartbeating",
+                }
+                if attempt >= attempts.get(tenant_id, 3):
+                    values: dict[str, Any] = {
+                        "state": RunState.FAILED.value,
+                        "finished_at": now,
+                        "reason": "lease_expired",
+                    }
+                else:
+                    values = {
+                        "state": RunState.QUEUED.value,
+                        "reason": "lease_expired",
+                        "not_before": now
+                        + backoff(attempt, base=self.backoff_base, cap=self.backoff_cap),
+                    }
+                session.execute(
+                    sa.update(Run)
+                    .where(Run.id == run_id, Run.attempt == attempt, Run.state.in_(_LIVE))
+                    .values(lease_owner=None, lease_expires_at=None, error=lost, **values)
+                )
+                session.execute(
+                    sa.update(RunAttempt)
+                    .where(
+                        RunAttempt.run_id == run_id,
+                        RunAttempt.attempt == attempt,
+                        RunAttempt.outcome.is_(None),
+                    )
+                    .values(outcome="LOST", ended_at=now, error=lost)
+                )
+                count += 1
+        return count
+
+    def cancel_queued(self) -> int:
+        """QUEUED runs with a cancel request become CANCELLED; return how many."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            result = session.execute(
+                sa.update(Run)
+                .where(Run.state == "QUEUED", sa.exists().where(CancelRequest.run_id == Run.id))
+                .values(state=RunState.CANCELLED.value, reason="cancelled", finished_at=now)
+            )
+            return int(cast(Any, result).rowcount or 0)

@@ -1,0 +1,280 @@
+"""What people ask of the scheduler: pause, resume, backfill, a manual run, run lists.
+
+- **Pause** records nothing new until resume. **Resume** first materializes, with the
+  normal policies, the slots that fell due before the pause but were not yet
+  materialized; then records every slot that fell during the pause SKIPPED
+  ``paused``; then carries on from now. All in one transaction.
+- **Backfill** materializes the slots whose fire time lies in ``[from, to)`` as runs
+  of kind ``backfill``: QUEUED (a DST-gap slot SKIPPED ``dst_gap``), without
+  misfire or overlap policy — a backfill is an explicit request to run those slots.
+  A slot that already has a row keeps it (``ON CONFLICT DO NOTHING``); the result
+  says how many were new. The range must end at or before the watermark: later
+  slots belong to the scheduler.
+- **Manual run**: kind ``manual``, no slot, the latest version, the version's
+  parameters overridden by the validated ``-p`` values; not subject to overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.clock import Clock
+from nbcast.db import Database, insert_many_ignore
+from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.definitions.parameters import schema_from_json, validate_parameters
+from nbcast.errors import ScheduleError, UnknownDefinitionError
+from nbcast.executor.models import Run, RunKind, RunState
+from nbcast.governance.tenants import get_tenant
+from nbcast.scheduler.materializer import Materializer, _due, _next, _rows
+from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
+
+__all__ = ["RunInfo", "backfill", "list_runs", "pause", "resume", "run_now"]
+
+_EPSILON = timedelta(microseconds=1)
+
+
+def _definition(session: Session, tenant: str, name: str) -> ReportDefinition:
+    owner = get_tenant(session, tenant)
+    definition = session.scalar(
+        sa.select(ReportDefinition).where(
+            ReportDefinition.tenant_id == owner.id, ReportDefinition.name == name
+        )
+    )
+    if definition is None:
+        raise UnknownDefinitionError(f"no definition named {name!r} in tenant {tenant!r}")
+    return definition
+
+
+def _state(
+    db: Database, session: Session, materializer: Materializer, definition: ReportDefinition
+) -> ScheduleState:
+    query = sa.select(ScheduleState).where(ScheduleState.definition_id == definition.id)
+    if db.dialect == "postgresql":
+        query = query.with_for_update()
+    state = session.scalar(query)
+    if state is None:
+        raise ScheduleError(
+            f"{definition.name!r} has no scheduler state yet; run `nbcast scheduler tick` once"
+        )
+    return state
+
+
+def pause(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> bool:
+    """Pause definition ``name``; False if it was already paused."""
+    materializer = Materializer(db, clock, name=by)
+    materializer.sync()
+    with db.session() as session:
+        state = _state(db, session, materializer, _definition(session, tenant, name))
+        if state.paused:
+            return False
+        state.paused, state.paused_at = True, clock.now()
+        state.updated_at, state.updated_by = clock.now(), by
+        return True
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """How many slots resume recorded: normally decided, and SKIPPED ``paused``."""
+
+    caught_up: int
+    skipped_paused: int
+
+
+def resume(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> ResumeResult | None:
+    """Resume definition ``name`` (module docstring); None if it was not paused."""
+    materializer = Materializer(db, clock, name=by)
+    materializer.sync()
+    now = clock.now()
+    with db.session() as session:
+        definition = _definition(session, tenant, name)
+        state = _state(db, session, materializer, definition)
+        if not state.paused:
+            return None
+        plan = materializer._plan_rows(session, [(definition.id, state.schedule_version)])[
+            (definition.id, state.schedule_version)
+        ]
+        paused_at = state.paused_at or now
+        before = (
+            _due(plan, state.watermark, min(paused_at, now)) if paused_at > state.watermark else []
+        )
+        active = materializer._active(session, [definition.id]).get(definition.id, ActiveRuns())
+        outcome = decide(before, now, plan.schedule, active) if before and plan.schedule else None
+        rows = _rows(definition.id, plan, outcome.items if outcome else [], RunKind.scheduled, now)
+        watermark = before[-1].fire_at if before else state.watermark
+        during = _due(plan, watermark, now)
+        skipped = [Decision(s, RunState.SKIPPED, Reason.paused) for s in during]
+        rows += _rows(definition.id, plan, skipped, RunKind.scheduled, now)
+        insert_many_ignore(session, Run, rows)
+        if during:
+            watermark = during[-1].fire_at
+        state.watermark = watermark
+        state.next_fire_at = _next(plan, watermark)
+        state.paused, state.paused_at = False, None
+        state.updated_at, state.updated_by = now, by
+        return ResumeResult(len(before), len(during))
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """Slots in the range, and how many rows were new."""
+
+    slots: int
+    inserted: int
+
+
+def backfill(
+    db: Database, clock: Clock, tenant: str, name: str, start: datetime, end: datetime, *, by: str
+) -> BackfillResult:
+    """Materialize ``[start, end)`` of ``name``'s schedule as backfill runs."""
+    if start >= end:
+        raise ScheduleError("backfill: --from must be before --to")
+    materializer = Materializer(db, clock, name=by)
+    materializer.sync()
+    now = clock.now()
+    with db.session() as session:
+        definition = _definition(session, tenant, name)
+        state = _state(db, session, materializer, definition)
+        if end > state.watermark + _EPSILON:
+            raise ScheduleError(
+                f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
+                f"{state.watermark.isoformat()}; later slots are the scheduler's"
+            )
+        plan = materializer._plan_rows(session, [(definition.id, state.schedule_version)])[
+            (definition.id, state.schedule_version)
+        ]
+        if plan.compiled is None:
+            raise ScheduleError(f"{name!r} has no schedule to backfill")
+        slots = list(plan.compiled.slots(start, end))
+        if len(slots) > 100_000:
+            raise ScheduleError(f"backfill: {len(slots)} slots is over the 100,000 limit")
+        decisions = [
+            Decision(s, RunState.QUEUED)
+            if s.reason is None
+            else Decision(s, RunState.SKIPPED, s.reason)
+            for s in slots
+        ]
+        rows = _rows(definition.id, plan, decisions, RunKind.backfill, now)
+        return BackfillResult(len(slots), insert_many_ignore(session, Run, rows))
+
+
+def run_now(db: Database, clock: Clock, tenant: str, name: str, parameters: dict[str, Any]) -> int:
+    """Queue a manual run of ``name``'s latest version; return its id."""
+    now = clock.now()
+    with db.session() as session:
+        definition = _definition(session, tenant, name)
+        version = session.scalar(
+            sa.select(DefinitionVersion).where(
+                DefinitionVersion.definition_id == definition.id,
+                DefinitionVersion.version == definition.latest_version,
+            )
+        )
+        if version is None:
+            raise UnknownDefinitionError(f"{name!r} has no published version")
+        schema = schema_from_json(version.parameter_schema)
+        values = dict(version.spec.get("parameters", {}))
+        values.update(validate_parameters(schema, parameters))
+        run = Run(
+            tenant_id=definition.tenant_id,
+            definition_id=definition.id,
+            version_id=version.id,
+            version=version.version,
+            kind=RunKind.manual.value,
+            slot_key=None,
+            fire_at=now,
+            state=RunState.QUEUED.value,
+            reason=None,
+            parameters=values,
+            serial=False,
+            not_before=now,
+            created_at=now,
+        )
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunInfo:
+    """A run as listed by ``nbcast runs list``."""
+
+    id: int
+    definition: str
+    slot_key: str | None
+    kind: str
+    state: str
+    reason: str | None
+    fire_at: datetime
+    version: int
+    parameters: dict[str, Any]
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
+        return {
+            "id": self.id,
+            "definition": self.definition,
+            "slot_key": self.slot_key,
+            "kind": self.kind,
+            "state": self.state,
+            "reason": self.reason,
+            "fire_at": _iso(self.fire_at),
+            "version": self.version,
+            "parameters": self.parameters,
+            "created_at": _iso(self.created_at),
+        }
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def list_runs(
+    db: Database,
+    tenant: str,
+    *,
+    definition: str | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+) -> list[RunInfo]:
+    """Runs of ``tenant``, oldest fire time first, optionally filtered."""
+    with db.session() as session:
+        owner = get_tenant(session, tenant)
+        query = (
+            sa.select(Run, ReportDefinition.name)
+            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
+            .where(Run.tenant_id == owner.id)
+            .order_by(Run.fire_at, Run.slot_key, Run.id)
+        )
+        if definition is not None:
+            _definition(session, tenant, definition)
+            query = query.where(ReportDefinition.name == definition)
+        if state is not None:
+            wanted = state.upper()
+            if wanted not in RunState.__members__:
+                raise ScheduleError(
+                    f"unknown run state {state!r} (one of " + "|".join(RunState.__members__) + ")"
+                )
+            query = query.where(Run.state == wanted)
+        if limit is not None:
+            query = query.limit(limit)
+        return [
+            RunInfo(
+                id=r.id,
+                definition=n,
+                slot_key=r.slot_key,
+                kind=r.kind,
+                state=r.state,
+                reason=r.reason,
+                fire_at=r.fire_at,
+                version=r.version,
+                parameters=r.parameters,
+                created_at=r.created_at,
+            )
+            for r, n in session.execute(query).all()
+        ]

@@ -1,0 +1,166 @@
+"""``nbcast schedule preview``: the slots a schedule would produce in a UTC range.
+
+:func:`preview` returns JSON-ready rows (``--json``); :func:`render_table` turns them
+into a rich table for people. Every problem is a one-line
+:class:`~nbcast.errors.ScheduleError`, which the CLI prints and exits 2 on.
+
+Decisions where the spec is silent:
+
+- ``range_from``/``range_to`` must be timezone-aware instants (the CLI parses them with
+  :func:`nbcast.clock.parse_instant`); a naive one is refused rather than guessed.
+- ``start`` is an instant and applies to ``every`` only: it is both the anchor and the
+  first possible slot. With a cron it is refused (a cron's start is a wall time in the
+  definition; previews of a range need none).
+- ``every`` accepts a duration string (``15m``) or a timedelta; it must be at least 1m.
+- The range is limited to ``limit`` slots (100,000 by default): enumeration stops at
+  ``limit + 1`` and raises, so a huge range never materializes millions of rows.
+- A shifted gap slot is ``scheduled`` with ``reason`` null; only skipped slots carry one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec, parse_duration
+from nbcast.errors import ScheduleError
+from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone
+
+__all__ = ["MAX_PREVIEW_SLOTS", "PreviewRow", "preview", "render_table", "slot_row"]
+
+MAX_PREVIEW_SLOTS = 100_000
+"""The most slots one preview lists."""
+
+PreviewRow = dict[str, str | None]
+"""One previewed slot: ``slot_key``, ``local``, ``fire_at``, ``status``, ``reason``."""
+
+
+def slot_row(slot: Slot) -> PreviewRow:
+    """The JSON-ready form of ``slot`` (keys as in the module docstring)."""
+    return {
+        "slot_key": slot.key,
+        "local": slot.local.isoformat(),
+        "fire_at": slot.fire_at.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z",
+        "status": slot.status.value,
+        "reason": slot.reason,
+    }
+
+
+def _instant(value: datetime, name: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise ScheduleError(f"{name}: an instant is required")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ScheduleError(f"{name}: {value.isoformat()} has no UTC offset (add 'Z' or '+HH:MM')")
+    return value.astimezone(UTC)
+
+
+def _policy(enum: type[DstGap] | type[DstFold], value: str, name: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        choices = "|".join(member.value for member in enum)
+        raise ScheduleError(f"{name}: {value!r} is not one of {choices}") from None
+
+
+def _build_spec(
+    cron: str | None,
+    every: str | timedelta | None,
+    tz: str,
+    dst_gap: str,
+    dst_fold: str,
+) -> ScheduleSpec:
+    if (cron is None) == (every is None):
+        raise ScheduleError("preview needs exactly one of a cron expression or an every interval")
+    load_zone(tz)
+    gap = _policy(DstGap, dst_gap, "dst gap")
+    fold = _policy(DstFold, dst_fold, "dst fold")
+    if cron is not None:
+        return ScheduleSpec(cron=cron, timezone=tz, dst_gap=gap, dst_fold=fold)
+    if isinstance(every, timedelta):
+        interval = every
+    else:
+        try:
+            interval = parse_duration(str(every))
+        except ValueError as exc:
+            raise ScheduleError(f"every: {exc}") from None
+    if interval < timedelta(minutes=1):
+        raise ScheduleError(f"every: {every} is shorter than 1m")
+    return ScheduleSpec(every=interval, timezone=tz, dst_gap=gap, dst_fold=fold)
+
+
+def preview(
+    spec: ScheduleSpec | None = None,
+    *,
+    range_from: datetime,
+    range_to: datetime,
+    cron: str | None = None,
+    every: str | timedelta | None = None,
+    start: datetime | None = None,
+    tz: str = "UTC",
+    dst_gap: str = "auto",
+    dst_fold: str = "auto",
+    limit: int = MAX_PREVIEW_SLOTS,
+) -> list[PreviewRow]:
+    """The slots firing in ``[range_from, range_to)``, in fire order, as JSON-ready rows.
+
+    Give either a ``spec`` or ``cron``/``every`` with ``tz`` and the DST policies (the
+    CLI's options, as strings). ``start`` is the anchor instant of an ``every`` schedule.
+    Raises :class:`~nbcast.errors.ScheduleError` (one line) for an unparseable cron or
+    duration, an unknown zone, ``range_from >= range_to``, or more than ``limit`` slots.
+    """
+    low = _instant(range_from, "from")
+    high = _instant(range_to, "to")
+    if low >= high:
+        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
+    if spec is None:
+        spec = _build_spec(cron, every, tz, dst_gap, dst_fold)
+    elif cron is not None or every is not None:
+        raise ScheduleError("preview takes a spec or cron/every, not both")
+    anchor = None
+    if start is not None:
+        if spec.every is None:
+            raise ScheduleError("start applies to every schedules only")
+        anchor = _instant(start, "start")
+        spec = replace(spec, start=None)
+    schedule = compile_schedule(spec, anchor=anchor)
+    slots = list(islice(schedule.slots(low, high), limit + 1))
+    if len(slots) > limit:
+        raise ScheduleError(
+            f"more than {limit:,} slots between {low.isoformat()} and {high.isoformat()}; "
+            "narrow the range"
+        )
+    return [slot_row(slot) for slot in slots]
+
+
+def _brief(iso: str | None) -> str:
+    """``2026-03-08T03:00:00-04:00`` -> ``2026-03-08T03:00-04:00`` (zero seconds only)."""
+    if iso is None:
+        return ""
+    return iso[:16] + iso[19:] if iso[16:19] == ":00" else iso
+
+
+def render_table(rows: Iterable[Mapping[str, str | None]], title: str | None = None) -> Table:
+    """A rich table of preview rows for people (skipped slots dimmed).
+
+    Times drop zero seconds so a row fits 80 columns; cells fold rather than being cut
+    short, so no value is ever hidden behind an ellipsis. ``--json`` has the full form.
+    """
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    for header in ("slot", "local", "fire at (UTC)", "status", "reason"):
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(
+            row["slot_key"] or "",
+            _brief(row["local"]),
+            _brief(row["fire_at"]),
+            row["status"] or "",
+            row["reason"] or "",
+            style="dim" if row["status"] == "skipped" else None,
+        )
+    return table

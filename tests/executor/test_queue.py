@@ -1,0 +1,263 @@
+"""The run queue on SQLite and PostgreSQL: claims, quotas, fair share, fencing,
+retries, the reaper, cancels and budgets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from nbcast.clock import FixedClock
+from nbcast.db import Database
+from nbcast.definitions.versions import publish
+from nbcast.errors import LeaseLostError
+from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
+from nbcast.executor.queue import RunQueue, backoff
+from nbcast.governance.models import Tenant
+from nbcast.governance.tenants import ensure_tenant
+from nbcast.scheduler.control import run_now
+from tests.notebooks import make_notebook
+
+T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+
+
+def setup_tenant(
+    db: Database,
+    tmp_path: Path,
+    tenant: str,
+    runs: int,
+    *,
+    max_concurrent: int = 4,
+    definition: str | None = None,
+) -> list[int]:
+    with db.session() as session:
+        row = ensure_tenant(session, tenant)
+        row.max_concurrent_runs = max_concurrent
+    name = definition or f"{tenant}-report"
+    path = make_notebook(tmp_path / tenant / f"{name}.ipynb", nbcast={"name": name})
+    publish(db, path, tenant=tenant, author="t", now=T0)
+    clock = FixedClock(T0)
+    return [run_now(db, clock, tenant, name, {}) for _ in range(runs)]
+
+
+def states(db: Database) -> dict[int, tuple[str, int]]:
+    with db.session() as session:
+        return {r.id: (r.state, r.attempt) for r in session.scalars(sa.select(Run))}
+
+
+def test_claim_leases_with_a_fencing_token(db: Database, tmp_path: Path) -> None:
+    [run_id] = setup_tenant(db, tmp_path, "default", 1)
+    queue = RunQueue(db, FixedClock(T0 + timedelta(seconds=1)), owner="w1")
+    [lease] = queue.claim(5)
+    assert (lease.run_id, lease.attempt, lease.owner) == (run_id, 1, "w1")
+    assert lease.label == f"nbcast:default/default-report@manual-{run_id}"
+    assert states(db)[run_id] == ("LEASED", 1)
+    assert queue.claim(5) == []  # nothing left
+    queue.start(lease)
+    assert not queue.heartbeat(lease)
+    queue.succeed(
+        lease,
+        artifact_sha256="a" * 64,
+        duration_s=1.5,
+        usage=[
+            {
+                "connection": "default",
+                "rows": 3,
+                "bytes": 100,
+                "seconds": 0.1,
+                "sql_sha256": "b" * 64,
+            }
+        ],
+    )
+    assert states(db)[run_id] == ("SUCCEEDED", 1)
+    with db.session() as session:
+        attempt = session.scalar(sa.select(RunAttempt))
+        assert attempt is not None
+        assert (attempt.outcome, attempt.worker, attempt.duration_s) == ("SUCCEEDED", "w1", 1.5)
+        assert session.scalar(sa.select(sa.func.sum(WarehouseUsage.bytes))) == 100
+
+
+def test_a_late_completion_from_a_lost_attempt_is_rejected(db: Database, tmp_path: Path) -> None:
+    [run_id] = setup_tenant(db, tmp_path, "default", 1)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    dead = RunQueue(db, clock, owner="dead", lease_seconds=10, backoff_base=0.0)
+    [old] = dead.claim()
+    dead.start(old)
+    clock.advance(30)  # the lease expires
+    alive = RunQueue(db, clock, owner="alive", backoff_base=0.0)
+    assert alive.reap() == 1
+    assert states(db)[run_id] == ("QUEUED", 1)
+    [new] = alive.claim()
+    assert new.attempt == 2
+    with pytest.raises(LeaseLostError):
+        dead.succeed(old, artifact_sha256=None, duration_s=1.0)
+    with pytest.raises(LeaseLostError):
+        dead.heartbeat(old)
+    alive.start(new)
+    alive.succeed(new, artifact_sha256=None, duration_s=1.0)
+    with db.session() as session:
+        outcomes = session.execute(
+            sa.select(RunAttempt.attempt, RunAttempt.outcome).order_by(RunAttempt.attempt)
+        ).all()
+    assert [tuple(o) for o in outcomes] == [(1, "LOST"), (2, "SUCCEEDED")]
+    assert states(db)[run_id] == ("SUCCEEDED", 2)
+
+
+def test_concurrency_quota_is_never_exceeded(db: Database, tmp_path: Path) -> None:
+    setup_tenant(db, tmp_path, "default", 10, max_concurrent=3)
+    queue = RunQueue(db, FixedClock(T0 + timedelta(seconds=1)), owner="w")
+    assert len(queue.claim(10)) == 3
+    assert queue.claim(10) == []
+    assert sum(1 for s, _ in states(db).values() if s == "LEASED") == 3
+
+
+def test_fair_share_serves_the_small_tenant_first(db: Database, tmp_path: Path) -> None:
+    setup_tenant(db, tmp_path, "big", 200, max_concurrent=50)
+    [small] = setup_tenant(db, tmp_path, "small", 1, max_concurrent=50)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    queue = RunQueue(db, clock, owner="w")
+    first = queue.claim(10)
+    assert small in {lease.run_id for lease in first}
+    assert {lease.tenant for lease in first} == {"big", "small"}
+
+
+def test_failures_retry_with_backoff_then_fail(db: Database, tmp_path: Path) -> None:
+    [run_id] = setup_tenant(db, tmp_path, "default", 1)
+    with db.session() as session:
+        tenant = session.scalar(sa.select(Tenant).where(Tenant.name == "default"))
+        assert tenant is not None
+        tenant.max_attempts = 2
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    queue = RunQueue(db, clock, owner="w", backoff_base=60.0)
+    error = {"cell_index": 2, "ename": "ValueError", "evalue": "bad", "traceback": []}
+    [lease] = queue.claim()
+    queue.start(lease)
+    assert queue.fail(lease, error) is RunState.QUEUED
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        assert run.reason == "retry"
+        assert T0 < run.not_before <= clock.now() + timedelta(seconds=60)
+        assert run.error == error
+    clock.advance(61)
+    [again] = queue.claim()
+    assert again.attempt == 2
+    queue.start(again)
+    assert queue.fail(again, error) is RunState.FAILED
+    assert states(db)[run_id] == ("FAILED", 2)
+
+
+def test_timeouts_are_not_retried(db: Database, tmp_path: Path) -> None:
+    [run_id] = setup_tenant(db, tmp_path, "default", 1)
+    queue = RunQueue(db, FixedClock(T0 + timedelta(seconds=1)), owner="w")
+    [lease] = queue.claim()
+    queue.start(lease)
+    assert (
+        queue.fail(lease, {"message": "over 5 s"}, outcome=RunState.TIMED_OUT) is RunState.TIMED_OUT
+    )
+    assert states(db)[run_id] == ("TIMED_OUT", 1)
+
+
+def test_the_reaper_fails_runs_out_of_attempts(db: Database, tmp_path: Path) -> None:
+    [run_id] = setup_tenant(db, tmp_path, "default", 1)
+    with db.session() as session:
+        tenant = session.scalar(sa.select(Tenant).where(Tenant.name == "default"))
+        assert tenant is not None
+        tenant.max_attempts = 1
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    queue = RunQueue(db, clock, owner="w", lease_seconds=5)
+    queue.claim()
+    clock.advance(10)
+    assert queue.reap() == 1
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        assert (run.state, run.reason) == ("FAILED", "lease_expired")
+
+
+def test_cancel_requests_stop_queued_runs_and_flag_running_ones(
+    db: Database, tmp_path: Path
+) -> None:
+    first, second = setup_tenant(db, tmp_path, "default", 2)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    queue = RunQueue(db, clock, owner="w")
+    [lease] = queue.claim(1)
+    with db.session() as session:
+        for run_id in (first, second):
+            session.add(
+                CancelRequest(
+                    tenant_id=1,
+                    run_id=run_id,
+                    reason="cancel",
+                    requested_by="ana",
+                    requested_at=clock.now(),
+                )
+            )
+    assert queue.heartbeat(lease) is True  # the running one is told
+    assert queue.cancel_queued() == 1
+    assert states(db)[second if lease.run_id == first else first][0] == "CANCELLED"
+
+
+def test_a_spent_budget_fails_new_runs(db: Database, tmp_path: Path) -> None:
+    ids = setup_tenant(db, tmp_path, "default", 2)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    with db.session() as session:
+        tenant = session.scalar(sa.select(Tenant).where(Tenant.name == "default"))
+        assert tenant is not None
+        tenant.warehouse_budget_bytes = 1000
+        session.add(
+            WarehouseUsage(
+                tenant_id=tenant.id,
+                run_id=ids[0],
+                attempt=0,
+                connection="default",
+                sql_sha256="x",
+                rows=1,
+                bytes=1000,
+                seconds=0.1,
+                recorded_at=clock.now(),
+            )
+        )
+    queue = RunQueue(db, clock, owner="w")
+    assert queue.claim(5) == []
+    assert queue.last_claim.budget_failed == 2
+    with db.session() as session:
+        reasons = session.scalars(sa.select(Run.reason)).all()
+    assert reasons == ["budget_exceeded", "budget_exceeded"]
+
+
+def test_serial_runs_of_one_definition_run_one_at_a_time(db: Database, tmp_path: Path) -> None:
+    setup_tenant(db, tmp_path, "default", 0)
+    with db.session() as session:
+        template = {
+            "tenant_id": 1,
+            "definition_id": 1,
+            "version_id": 1,
+            "version": 1,
+            "kind": "scheduled",
+            "fire_at": T0,
+            "state": "QUEUED",
+            "parameters": {},
+            "serial": True,
+            "not_before": T0,
+            "created_at": T0,
+        }
+        for i in range(3):
+            session.add(Run(slot_key=f"2026-06-01T0{i}:00", **template))
+    queue = RunQueue(db, FixedClock(T0 + timedelta(seconds=1)), owner="w")
+    [lease] = queue.claim(3)
+    assert queue.claim(3) == []
+    queue.start(lease)
+    queue.succeed(lease, artifact_sha256=None, duration_s=0.1)
+    assert len(queue.claim(3)) == 1
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    import random
+
+    rng = random.Random(1)
+    samples = [backoff(n, base=10, cap=100, rng=rng).total_seconds() for n in range(1, 9)]
+    assert all(0 <= s <= 100 for s in samples)
+    assert max(backoff(1, base=10, cap=100, rng=rng).total_seconds() for _ in range(50)) <= 10

@@ -1,0 +1,147 @@
+"""Crash and replica test: three scheduler processes on PostgreSQL, killed at random.
+
+A simulated month (accelerated clock) of mixed schedules across zones and DST
+changes; three ``nbcast scheduler run`` processes share the work, and a driver
+SIGKILLs one at random moments (plus crash points inside the materializer's
+transaction) and restarts it. At the end every slot of every definition has
+exactly one row, none twice, none missing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from nbcast.db import Database
+from nbcast.definitions.models import ReportDefinition
+from nbcast.definitions.spec import parse_spec
+from nbcast.definitions.versions import get_version, publish
+from nbcast.executor.models import Run
+from nbcast.scheduler.compiler import compile_schedule
+from nbcast.scheduler.materializer import initial_watermark
+from nbcast.scheduler.models import SchedulerReplica, ScheduleState
+from tests.notebooks import make_notebook
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+START = datetime(2026, 10, 20, 0, 0, tzinfo=UTC)
+END = datetime(2026, 11, 19, 0, 0, tzinfo=UTC)  # a month across EU and US fall-back
+FACTOR = 80_000  # simulated seconds per real second: the month takes ~32 s
+SCHEDULES: dict[str, dict[str, Any]] = {
+    "every-minute-utc": {"cron": "* * * * *", "overlap": "allow"},
+    "five-min-new-york": {"cron": "*/5 * * * *", "timezone": "America/New_York",
+                          "overlap": "skip"},
+    "hourly-berlin": {"cron": "0 * * * *", "timezone": "Europe/Berlin",
+                      "misfire": {"policy": "run_all"}, "overlap": "buffer_all"},
+    "hourly-kolkata": {"cron": "30 * * * *", "timezone": "Asia/Kolkata",
+                       "misfire": {"policy": "skip", "grace": "1m"}},
+    "daily-0130-new-york": {"cron": "30 1 * * *", "timezone": "America/New_York",
+                            "dst": {"fold": "both"}},
+    "daily-sydney": {"cron": "0 7 * * 1-5", "timezone": "Australia/Sydney"},
+    "daily-london": {"cron": "15 1 * * *", "timezone": "Europe/London",
+                     "overlap": "replace"},
+    "every-7m": {"every": "7m", "overlap": "buffer_one"},
+}
+
+
+def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "nbcast", "scheduler", "run", "--name", name,
+         "--max-sleep", "60", "--batch", "3"],
+        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from tests.conftest import _reset_postgres
+
+    db = Database.open(pg_url)
+    _reset_postgres(db)
+    for name, schedule in SCHEDULES.items():
+        path = make_notebook(tmp_path / f"{name}.ipynb",
+                             nbcast={"name": name, "schedule": schedule})
+        publish(db, path, tenant="default", author="t", now=START)
+
+    epoch = time.time() + 1.0
+    env = {**os.environ, "NBCAST_DATABASE_URL": pg_url,
+           "NBCAST_CLOCK": f"accelerated:{START.isoformat()}:{FACTOR}",
+           "NBCAST_CLOCK_EPOCH": str(epoch),
+           "NBCAST_CRASH_AT": "after_runs_insert:0.02,after_watermark_update:0.02",
+           "NBCAST_HOME": str(tmp_path / "home")}
+    real_seconds = (END - START).total_seconds() / FACTOR
+    rng = random.Random(20261101)
+    log = tmp_path / "schedulers.log"
+    procs = {f"replica-{i}": _spawn(env, f"replica-{i}", log) for i in range(3)}
+    kills = restarts = 0
+    try:
+        while time.time() < epoch + real_seconds:
+            time.sleep(rng.uniform(0.3, 1.5))
+            victim = rng.choice(sorted(procs))
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            kills += 1
+            for name, proc in procs.items():  # restart the victim and any crash-point deaths
+                if proc.poll() is not None:
+                    procs[name] = _spawn(env, name, log)
+                    restarts += 1
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - reported by the asserts
+                proc.kill()
+    assert kills >= 10
+    assert restarts >= kills
+
+    # Materialize the tail up to END in one clean pass, then check every definition.
+    final = subprocess.run(
+        [sys.executable, "-m", "nbcast", "scheduler", "tick", "--now", END.isoformat()],
+        env={**env, "NBCAST_CRASH_AT": "", "NBCAST_CLOCK": f"fixed:{END.isoformat()}"},
+        capture_output=True, text=True, check=False)
+    assert final.returncode == 0, final.stderr
+
+    with db.session() as session:
+        states = {d: s for d, s in session.execute(
+            sa.select(ReportDefinition.name, ScheduleState)
+            .join(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)).all()}
+        runs = session.execute(
+            sa.select(ReportDefinition.name, Run.slot_key, Run.state, Run.reason)
+            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)).all()
+    assert set(states) == set(SCHEDULES)
+    by_definition: dict[str, list[str]] = {}
+    for name, key, state, reason in runs:
+        by_definition.setdefault(name, []).append(key)
+        assert state in ("QUEUED", "SKIPPED", "MISSED")
+        assert (state == "QUEUED") == (reason is None)
+    for name in SCHEDULES:
+        info = get_version(db, "default", name)
+        spec = parse_spec(info.block, info.schema)
+        assert spec.schedule is not None
+        compiled = compile_schedule(spec.schedule)
+        first = initial_watermark(START, spec.schedule)
+        # The replicas' clock may have run a little past END before they stopped.
+        until = max(END, states[name].watermark)
+        expected = [s.key for s in compiled.slots(first + timedelta(microseconds=1),
+                                                   until + timedelta(microseconds=1))]
+        got = by_definition.get(name, [])
+        assert len(got) == len(set(got)), f"{name}: a slot has two rows"
+        assert sorted(got) == sorted(expected), f"{name}: rows differ from the schedule"
+        assert states[name].watermark >= END - timedelta(days=4)
+    assert len(by_definition["every-minute-utc"]) >= 30 * 24 * 60
+    with db.session() as session:
+        replicas = session.execute(sa.select(SchedulerReplica.name)).scalars().all()
+    assert sorted(replicas) == ["replica-0", "replica-1", "replica-2"]
+    db.dispose()
