@@ -63,7 +63,7 @@ def test_pause_resume_backfill_and_manual_run(
     monkeypatch.setenv("NBCAST_CLOCK", "fixed:2026-03-10T00:00:00Z")
     _, out, _ = run(capsys, "resume", "ny")
     assert "2 slots recorded SKIPPED (paused)" in out
-    code, out, _ = run(capsys, "backfill", "ny", "--from", "2026-03-01T00:00:00Z",
+    _, out, _ = run(capsys, "backfill", "ny", "--from", "2026-03-01T00:00:00Z",
                        "--to", "2026-03-07T00:00:00Z")
     assert out == "ny: 6 slots in range, 6 new backfill rows, 0 already recorded\n"
     _code, out, _ = run(capsys, "run", "ny", "-p", "top_n=3", "--json")
