@@ -46,6 +46,8 @@ __all__: list[str] = []
     "--exit-when-idle", is_flag=True, help="Exit once nothing is due and nothing is running."
 )
 @click.option("--no-warm-kernels", is_flag=True, help="Start a fresh kernel per run.")
+@click.option("--retry-backoff", type=float, default=30.0, show_default=True,
+              help="Base seconds of the exponential backoff before a retry.")
 @pass_app
 def worker(
     app: AppContext,
@@ -56,6 +58,7 @@ def worker(
     name: str | None,
     exit_when_idle: bool,
     no_warm_kernels: bool,
+    retry_backoff: float,
 ) -> None:
     """Claim runs and execute them with papermill, locally or on Ray; stop with SIGTERM."""
     from nbcast.executor.engines import engines
@@ -86,6 +89,7 @@ def worker(
             work_dir=default_work_dir(settings.home),
             lease_seconds=lease_seconds,
             lake=os.environ.get("NBCAST_LAKE"),
+            backoff_base=retry_backoff,
         )
         service.install_signal_handlers()
         stats = service.run(exit_when_idle=exit_when_idle)

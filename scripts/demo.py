@@ -8,7 +8,9 @@
    (2026-11-01, when 01:00-02:00 happens twice),
 5. runs the scheduler over those days with ``nbcast scheduler tick`` and lists the
    slots it recorded,
-6. executes one example once with papermill into the home folder,
+6. runs the queued reports through ``nbcast worker --engine ray`` (a local Ray),
+   each executed with papermill on a pre-started kernel, and copies the executed
+   notebooks out of the content-addressed artifact store,
 
 and prints where everything is. It uses the ``nbcast`` command exactly as a person
 would. So that it always crosses a DST change, the demo runs on nbcast's injectable
@@ -45,13 +47,15 @@ def banner(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
-def nbcast(*args: str, env: dict[str, str]) -> str:
+def nbcast(*args: str, env: dict[str, str], echo: bool = True) -> str:
     """Run the nbcast command, echo it and its output, fail the demo if it fails."""
-    print(f"$ nbcast {' '.join(args)}", flush=True)
+    if echo:
+        print(f"$ nbcast {' '.join(args)}", flush=True)
     done = subprocess.run(
         [str(BIN / "nbcast"), *args], env=env, text=True, capture_output=True, check=False
     )
-    sys.stdout.write(done.stdout)
+    if echo:
+        sys.stdout.write(done.stdout)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         raise SystemExit(f"demo failed: nbcast {' '.join(args)} exited {done.returncode}")
@@ -88,6 +92,7 @@ def main() -> int:
         "NBCAST_HOME": str(home),
         "NBCAST_USER": "demo",
         "NBCAST_LAKE": str(EXAMPLES / "lake"),
+        "NBCAST_CLOCK": f"fixed:{iso(PUBLISHED)}",
     }
     env.pop("NBCAST_DATABASE_URL", None)
 
@@ -135,33 +140,33 @@ def main() -> int:
     nbcast("runs", "list", "--definition", "data-quality", env=env)
     nbcast("runs", "list", "--state", "QUEUED", env=env)
 
-    banner("execute one report with papermill")
-    runs = home / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    executed = runs / "daily-sales-v2-executed.ipynb"
-    nbcast(
-        "export", "daily-sales", "--version", "2", "-o", str(runs / "daily-sales-v2.ipynb"), env=env
-    )
-    cmd = [
-        str(BIN / "papermill"),
-        str(runs / "daily-sales-v2.ipynb"),
-        str(executed),
-        "-p",
-        "region",
-        "EMEA",
-        "--cwd",
-        str(runs),
-        "--log-level",
-        "WARNING",
-    ]
-    print("$ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, env=env, check=True)
+    banner("run the queued reports on Ray (nbcast worker --engine ray)")
+    worker_env = {k: v for k, v in env.items() if k != "NBCAST_CLOCK"}  # the real clock
+    worker_env.setdefault("NBCAST_RAY_TEMP_DIR", f"/tmp/nbcast-demo-ray-{os.getpid()}")
+    worker_env["RAY_USAGE_STATS_ENABLED"] = "0"
+    nbcast("worker", "--engine", "ray", "--concurrency", "2", "--exit-when-idle",
+           env=worker_env)
+    runs = json.loads(nbcast("runs", "list", "--json", env=worker_env, echo=False))
+    nbcast("runs", "list", "--state", "SUCCEEDED", env=worker_env)
+    executed_dir = out / "executed"
+    executed_dir.mkdir()
+    executed = []
+    for run in runs:
+        if run["state"] == "SUCCEEDED" and run["artifact_sha256"]:
+            sha = run["artifact_sha256"]
+            target = executed_dir / f"{run['definition']}-{run['slot_key'] or run['id']}.ipynb"
+            shutil.copy(home / "artifacts" / sha[:2] / sha[2:4] / sha, target)
+            executed.append(target)
+    if not executed:
+        raise SystemExit("demo failed: no run succeeded")
 
     banner("where everything is")
     print(f"home folder (NBCAST_HOME): {home}")
     print(f"embedded database:         {home / 'nbcast.db'}")
     print(f"working copies:            {workspace}")
-    print(f"executed notebook:         {executed}")
+    print(f"artifact store:            {home / 'artifacts'}")
+    for path in executed:
+        print(f"executed notebook:         {path}")
     print(f"demo finished in {time.monotonic() - started:.1f} s")
     return 0
 

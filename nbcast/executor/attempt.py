@@ -94,9 +94,12 @@ def _setup_code(run_dir: Path, context_path: Path) -> str:
 
 
 def _usage(path: Path) -> list[dict[str, Any]]:
+    # read_usage skips a half-written last line (a kernel killed mid-write).
+    from nbcast.warehouse import read_usage
+
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [item.to_json() for item in read_usage(path)]
 
 
 def execute_attempt(

@@ -74,6 +74,7 @@ class Run(Base):
             "ix_runs_queue",
             "tenant_id",
             "not_before",
+            "id",
             postgresql_where=sa.text("state = 'QUEUED'"),
             sqlite_where=sa.text("state = 'QUEUED'"),
         ),

@@ -146,26 +146,52 @@ class RunQueue:
         return query
 
     def claim(self, limit: int = 1) -> list[Lease]:
-        """Lease up to ``limit`` due runs, respecting quotas and fair share."""
+        """Lease up to ``limit`` due runs, respecting quotas and fair share.
+
+        A claim is a fixed number of statements however many tenants it serves: the
+        fair-share plan, one lock statement for the planned tenants, one count of
+        their live runs (a fresh snapshot taken *after* the locks, so it sees every
+        committed claim), one candidate query, one update, one read of what was
+        leased and one insert of the attempt rows.
+        """
         stats = ClaimStats()
         self.last_claim = stats
         if limit <= 0:
             return []
         now = self.clock.now()
-        leases: list[Lease] = []
         with self.db.session() as session:
-            for tenant, count in self._plan(session, now, limit):
-                locked = session.scalar(self._lock(sa.select(Tenant).where(Tenant.id == tenant.id)))
-                if locked is None:
-                    stats.skipped_tenants.append(tenant.name)
+            plan = self._plan(session, now, limit)
+            if not plan:
+                return []
+            ids = [tenant.id for tenant, _ in plan]
+            locked = set(
+                session.scalars(
+                    self._lock(sa.select(Tenant.id).where(Tenant.id.in_(ids)).order_by(Tenant.id))
+                )
+            )
+            stats.skipped_tenants = [t.name for t, _ in plan if t.id not in locked]
+            active = dict(
+                session.execute(
+                    sa.select(Run.tenant_id, sa.func.count())
+                    .where(Run.tenant_id.in_(locked), Run.state.in_(_LIVE))
+                    .group_by(Run.tenant_id)
+                )
+                .tuples()
+                .all()
+            )
+            rooms: dict[int, int] = {}
+            tenants: dict[int, Tenant] = {}
+            for tenant, count in plan:
+                if tenant.id not in locked:
                     continue  # another worker is claiming for this tenant right now
-                room = min(tenant.max_concurrent_runs - self._active(session, tenant.id), count)
+                room = min(tenant.max_concurrent_runs - active.get(tenant.id, 0), count)
                 if room <= 0:
                     continue
                 if self._budget_spent(session, tenant, now):
                     stats.budget_failed += self._fail_over_budget(session, tenant.id, now)
                     continue
-                leases.extend(self._lease_runs(session, tenant, room, now))
+                rooms[tenant.id], tenants[tenant.id] = room, tenant
+            leases = self._lease_runs(session, tenants, rooms, now) if rooms else []
         stats.leased = len(leases)
         return leases
 
@@ -246,41 +272,73 @@ class RunQueue:
         )
         return int(cast(Any, result).rowcount or 0)
 
-    def _lease_runs(
-        self, session: Session, tenant: Tenant, room: int, now: datetime
-    ) -> list[Lease]:
+    def _candidates(
+        self, session: Session, rooms: dict[int, int], now: datetime
+    ) -> list[tuple[int, int, int, bool]]:
+        """Due QUEUED runs to lease, per tenant up to a few more than its room (serial
+        runs of a busy definition are dropped afterwards), locked SKIP LOCKED."""
         busy = sa.orm.aliased(Run)
         cancel_asked = sa.exists().where(CancelRequest.run_id == Run.id)
         definition_busy = sa.exists().where(
             busy.definition_id == Run.definition_id, busy.state.in_(_LIVE)
         )
-        candidates = session.execute(
-            self._lock(
-                sa.select(Run.id, Run.definition_id, Run.serial)
-                .where(
-                    Run.tenant_id == tenant.id,
-                    Run.state == "QUEUED",
-                    Run.not_before <= now,
-                    ~cancel_asked,
-                    sa.or_(~Run.serial, ~definition_busy),
+        eligible = sa.and_(
+            Run.state == "QUEUED",
+            Run.not_before <= now,
+            ~cancel_asked,
+            sa.or_(~Run.serial, ~definition_busy),
+        )
+        columns = (Run.id, Run.tenant_id, Run.definition_id, Run.serial)
+        if self.db.dialect != "postgresql":  # one writer at a time: a loop is fine
+            found: list[tuple[int, int, int, bool]] = []
+            for tenant_id, room in rooms.items():
+                found.extend(
+                    (r[0], r[1], r[2], r[3])
+                    for r in session.execute(
+                        sa.select(*columns)
+                        .where(Run.tenant_id == tenant_id, eligible)
+                        .order_by(Run.not_before, Run.id)
+                        .limit(room * 4)
+                    )
                 )
-                .order_by(Run.not_before, Run.id)
-                .limit(room * 4)
+            return found
+        # PostgreSQL: every tenant's share in one statement, a LATERAL per tenant.
+        wanted = sa.values(
+            sa.column("tid", sa.Integer), sa.column("room", sa.Integer), name="wanted"
+        ).data(list(rooms.items()))
+        per_tenant = (
+            sa.select(*columns)
+            .where(Run.tenant_id == wanted.c.tid, eligible)
+            .order_by(Run.not_before, Run.id)
+            .limit(wanted.c.room * 4)
+            .with_for_update(of=Run, skip_locked=True)
+            .lateral("picked")
+        )
+        return [
+            (r[0], r[1], r[2], r[3])
+            for r in session.execute(
+                sa.select(per_tenant).select_from(wanted).join(per_tenant, sa.true())
             )
-        ).all()  # extra, for serial runs dropped below
+        ]
+
+    def _lease_runs(
+        self, session: Session, tenants: dict[int, Tenant], rooms: dict[int, int], now: datetime
+    ) -> list[Lease]:
         chosen: list[int] = []
+        taken: dict[int, int] = {}
         serial_seen: set[int] = set()
-        for run_id, definition_id, serial in candidates:
+        for run_id, tenant_id, definition_id, serial in self._candidates(session, rooms, now):
+            if taken.get(tenant_id, 0) >= rooms[tenant_id]:
+                continue
             if serial:
                 if definition_id in serial_seen:
                     continue  # one at a time per definition
                 serial_seen.add(definition_id)
             chosen.append(run_id)
-            if len(chosen) == room:
-                break
+            taken[tenant_id] = taken.get(tenant_id, 0) + 1
         if not chosen:
             return []
-        # The lease starts now, under the tenant lock, not when the claim began waiting.
+        # The lease starts now, under the tenant locks, not when the claim began.
         now = self.clock.now()
         expires = now + self.lease
         session.execute(
@@ -295,48 +353,65 @@ class RunQueue:
             )
         )
         rows = session.execute(
-            sa.select(Run, ReportDefinition.name, DefinitionVersion.notebook_json)
+            sa.select(
+                Run.id,
+                Run.attempt,
+                Run.tenant_id,
+                Run.definition_id,
+                Run.version,
+                Run.slot_key,
+                Run.kind,
+                Run.fire_at,
+                Run.parameters,
+                ReportDefinition.name,
+                DefinitionVersion.notebook_json,
+            )
             .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
             .join(DefinitionVersion, DefinitionVersion.id == Run.version_id)
             .where(Run.id.in_(chosen))
             .order_by(Run.not_before, Run.id)
         ).all()
-        quota = Quota(
-            max_concurrent_runs=tenant.max_concurrent_runs,
-            cpus_per_run=tenant.cpus_per_run,
-            memory_mb_per_run=tenant.memory_mb_per_run,
-            run_timeout_s=tenant.run_timeout_s,
-            max_attempts=tenant.max_attempts,
+        session.execute(
+            sa.insert(RunAttempt),
+            [
+                {
+                    "tenant_id": r.tenant_id,
+                    "run_id": r.id,
+                    "attempt": r.attempt,
+                    "worker": self.owner,
+                    "host": self.host,
+                    "engine": self.engine,
+                    "started_at": now,
+                }
+                for r in rows
+            ],
         )
         leases = []
-        for run, definition, notebook_json in rows:
-            session.add(
-                RunAttempt(
-                    tenant_id=tenant.id,
-                    run_id=run.id,
-                    attempt=run.attempt,
-                    worker=self.owner,
-                    host=self.host,
-                    engine=self.engine,
-                    started_at=now,
-                )
+        for r in rows:
+            tenant = tenants[r.tenant_id]
+            quota = Quota(
+                max_concurrent_runs=tenant.max_concurrent_runs,
+                cpus_per_run=tenant.cpus_per_run,
+                memory_mb_per_run=tenant.memory_mb_per_run,
+                run_timeout_s=tenant.run_timeout_s,
+                max_attempts=tenant.max_attempts,
             )
             leases.append(
                 Lease(
-                    run_id=run.id,
-                    attempt=run.attempt,
+                    run_id=r.id,
+                    attempt=r.attempt,
                     owner=self.owner,
                     expires_at=expires,
-                    tenant_id=tenant.id,
+                    tenant_id=r.tenant_id,
                     tenant=tenant.name,
-                    definition_id=run.definition_id,
-                    definition=definition,
-                    version=run.version,
-                    slot_key=run.slot_key,
-                    kind=run.kind,
-                    fire_at=run.fire_at,
-                    parameters=dict(run.parameters or {}),
-                    notebook_json=notebook_json,
+                    definition_id=r.definition_id,
+                    definition=r.name,
+                    version=r.version,
+                    slot_key=r.slot_key,
+                    kind=r.kind,
+                    fire_at=r.fire_at,
+                    parameters=dict(r.parameters or {}),
+                    notebook_json=r.notebook_json,
                     quota=quota,
                     warehouse=tenant.warehouse,
                 )

@@ -213,6 +213,8 @@ class RunInfo:
     version: int
     parameters: dict[str, Any]
     created_at: datetime
+    attempt: int = 0
+    artifact_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
@@ -227,6 +229,8 @@ class RunInfo:
             "version": self.version,
             "parameters": self.parameters,
             "created_at": _iso(self.created_at),
+            "attempt": self.attempt,
+            "artifact_sha256": self.artifact_sha256,
         }
 
 
@@ -275,6 +279,8 @@ def list_runs(
                 version=r.version,
                 parameters=r.parameters,
                 created_at=r.created_at,
+                attempt=r.attempt,
+                artifact_sha256=r.artifact_sha256,
             )
             for r, n in session.execute(query).all()
         ]

@@ -43,6 +43,12 @@ def upgrade() -> None:
         batch.add_column(sa.Column("finished_at", UTCDateTime()))
         batch.add_column(sa.Column("artifact_sha256", sa.String(64)))
         batch.add_column(sa.Column("error", JSONType))
+    # Claims read QUEUED runs of one tenant in (not_before, id) order; with id in the
+    # index a LIMIT stops after a few entries even when many runs share not_before.
+    op.drop_index("ix_runs_queue", "runs")
+    queued = sa.text("state = 'QUEUED'")
+    op.create_index("ix_runs_queue", "runs", ["tenant_id", "not_before", "id"],
+                    postgresql_where=queued, sqlite_where=queued)
     live = sa.text("state IN ('LEASED', 'RUNNING')")
     op.create_index("ix_runs_leased", "runs", ["tenant_id", "lease_expires_at"],
                     postgresql_where=live, sqlite_where=live)
@@ -85,6 +91,10 @@ def downgrade() -> None:
     op.drop_table("warehouse_usage")
     op.drop_table("run_attempts")
     op.drop_index("ix_runs_leased", "runs")
+    op.drop_index("ix_runs_queue", "runs")
+    queued = sa.text("state = 'QUEUED'")
+    op.create_index("ix_runs_queue", "runs", ["tenant_id", "not_before"],
+                    postgresql_where=queued, sqlite_where=queued)
     with op.batch_alter_table("runs") as batch:
         for name in ("error", "artifact_sha256", "finished_at", "started_at",
                      "lease_expires_at", "lease_owner", "attempt"):

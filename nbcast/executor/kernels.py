@@ -1,0 +1,555 @@
+"""A pool of pre-started, pre-warmed Jupyter kernels, each serving exactly one run.
+
+Starting an IPython kernel costs ~0.9 s and importing pandas in it another ~0.45 s;
+a trivial report spends most of its wall time there. :class:`KernelPool` does that
+work ahead of time, off the critical path, without ever sharing state between runs.
+
+Design decisions:
+
+- **One kernel, one run.** A kernel handed out by :meth:`KernelPool.acquire` is shut
+  down after its run and never goes back to the pool; the pool starts a replacement
+  in the background. Isolation between runs is therefore the operating system's
+  (separate processes), not a "reset" of a reused interpreter.
+- **Warm-up binds no names.** The warm-up code only fills ``sys.modules`` (numpy,
+  pandas, matplotlib with the inline backend, ``nbcast.warehouse`` when it exists);
+  it runs ``silent`` (no history, no ``_``/``Out``) inside a function that is deleted
+  afterwards, so a notebook that forgot ``import pandas as pd`` still fails with
+  ``NameError`` exactly as it would under plain papermill. What *does* differ from a
+  cold kernel: those modules are already imported (and pyplot's inline integration
+  is already registered), which only changes timing.
+- **Synchronous API, asynchronous inside.** nbclient needs an ``AsyncKernelManager``.
+  The pool owns one event loop on a daemon thread; every kernel-manager operation
+  (start, warm-up, shutdown) runs there, so the manager's control socket is only
+  ever used from that loop. A run talks to its kernel through its own client
+  (``km.client()``, created by nbclient on the run's thread and loop), never through
+  the pool's.
+- **Empty pool: claim, don't wait forever.** ``acquire`` takes a ready kernel if
+  there is one. Otherwise it claims the kernel that is furthest along in being
+  prepared (warming up before still starting) — it would be ready sooner than a new
+  one and no CPU is wasted on a kernel nobody uses — and if none is being prepared
+  it starts a fresh one (the cold path). A kernel claimed while still starting skips
+  the warm-up: the run will import what it needs anyway. Waiting is bounded by
+  ``timeout``.
+- **Single-kernel pieces live in** :mod:`nbcast.executor.kernel_process` (re-exported
+  here): :func:`wait_until_connected`, readiness without jupyter_client's 0.2 s IOPub
+  wait, and :class:`KernelProcess`, which signals and reaps a kernel from any thread
+  without its event loop.
+- **Failures back off.** A kernel that fails to start or to warm up is discarded;
+  background refills then back off exponentially (0.5 s doubling to 30 s) so a
+  broken kernelspec does not spin. A run that had claimed a kernel whose warm-up
+  failed is served a fresh cold kernel instead; a start failure reaches the caller.
+- **Nothing leaks.** :meth:`KernelPool.close` (also on ``with`` exit and, as a last
+  resort, at interpreter exit) kills every kernel the pool started, including ones
+  still checked out; kernels also carry ``JPY_PARENT_PID`` so they exit if the worker
+  dies.
+
+POSIX only (process groups, signals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from jupyter_client.manager import AsyncKernelManager
+
+from nbcast.executor.kernel_process import (
+    KernelProcess,
+    execute_silently,
+    wait_until_connected,
+    warmup_code,
+)
+
+__all__ = [
+    "DEFAULT_WARMUP",
+    "DEFAULT_WARMUP_MODULES",
+    "KernelPool",
+    "KernelProcess",
+    "PoolStats",
+    "PooledKernel",
+    "execute_silently",
+    "wait_until_connected",
+    "warmup_code",
+]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+#: Modules the default warm-up imports; each is skipped if it cannot be imported.
+DEFAULT_WARMUP_MODULES: tuple[str, ...] = (
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "matplotlib_inline.backend_inline",
+    "nbcast.warehouse",
+)
+
+# ipykernel writes IPython history to ~/.ipython unless told otherwise; many
+# short-lived kernels would contend for that SQLite file (nbclient does the same).
+_IPYKERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
+_MAX_BACKOFF_S = 30.0
+
+#: The warm-up :class:`KernelPool` runs by default (imports, no names bound).
+DEFAULT_WARMUP: str = warmup_code(DEFAULT_WARMUP_MODULES)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolStats:
+    """A snapshot of a :class:`KernelPool`."""
+
+    size: int
+    #: kernels started and warmed up, waiting for a run
+    ready: int
+    #: kernels being started or warmed up (claimed or not)
+    preparing: int
+    #: kernels handed to runs and not yet shut down
+    in_use: int
+    #: runs served by a kernel that was ready when asked for
+    served_warm: int
+    #: runs that had to wait for a kernel being prepared, or a cold start
+    served_waiting: int
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A run waiting for a kernel that is still being prepared."""
+
+    future: asyncio.Future[_Slot]
+    abandoned: bool = False
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One kernel the pool started; lives on the pool's loop."""
+
+    km: AsyncKernelManager
+    kernel_name: str
+    claim: _Claim | None = None
+    stage: str = "starting"  # starting -> warming -> ready -> out; stopping
+    process: KernelProcess | None = None
+    task: asyncio.Task[None] | None = None
+    stop_task: asyncio.Task[None] | None = None
+
+
+class PooledKernel:
+    """A started kernel handed out by :meth:`KernelPool.acquire`, good for exactly one run.
+
+    Pass it to the ``nbcast`` papermill engine (``kernel=``), or give the engine the
+    pool itself. After the run, :meth:`release` shuts it down (in the background);
+    :meth:`kill` stops it at once. Both are idempotent and safe after the pool closed.
+    """
+
+    def __init__(self, pool: KernelPool, slot: _Slot, *, warm: bool, wait_s: float) -> None:
+        self._pool = pool
+        self._slot = slot
+        self._used = False
+        #: the kernel had finished its warm-up when it was asked for
+        self.warm = warm
+        #: seconds ``acquire`` waited for this kernel (0.0 when warm)
+        self.wait_s = wait_s
+
+    @property
+    def manager(self) -> AsyncKernelManager:
+        """The kernel's manager, for nbclient (``NotebookClient(km=...)``)."""
+        return self._slot.km
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernelspec name."""
+        return self._slot.kernel_name
+
+    @property
+    def process(self) -> KernelProcess | None:
+        """The kernel's OS process (None for non-local provisioners)."""
+        return self._slot.process
+
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id, if local."""
+        return self._slot.process.pid if self._slot.process is not None else None
+
+    def start_run(self) -> None:
+        """Mark the kernel as used by a run; a second run is refused (``RuntimeError``)."""
+        if self._used:
+            raise RuntimeError("a pooled kernel serves exactly one run")
+        self._used = True
+
+    def release(self, *, wait: bool = False) -> None:
+        """Shut the kernel down politely (in the background unless ``wait``)."""
+        self._pool._stop_threadsafe(self._slot, now=False, wait=wait)
+
+    def kill(self) -> None:
+        """Kill the kernel now, reap it, then free its resources in the background."""
+        if self._slot.process is not None:
+            self._slot.process.kill()
+        self._pool._stop_threadsafe(self._slot, now=True, wait=False)
+
+
+_live_pools: weakref.WeakSet[KernelPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_live_pools):
+        with contextlib.suppress(Exception):
+            pool.close()
+
+
+class KernelPool:
+    """Keeps ``size`` kernels started and warmed up; each one serves a single run.
+
+    ``warmup`` is kernel code run (silently) in every pooled kernel before it is
+    handed out; ``None`` or ``""`` pre-starts kernels without warming them.
+    ``cwd`` and ``env`` are the kernels' working directory and *entire* environment
+    (jupyter_client semantics; ``None`` inherits the worker's). ``start_timeout``
+    bounds a background kernel's start and its warm-up.
+
+    Usable from ordinary synchronous code and from several threads at once; use it
+    as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        size: int = 2,
+        kernel_name: str = "python3",
+        warmup: str | None = DEFAULT_WARMUP,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        *,
+        start_timeout: float = 60.0,
+    ) -> None:
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        self._size = size
+        self._kernel_name = kernel_name
+        self._warmup = warmup or ""
+        self._cwd = cwd
+        self._env = dict(env) if env is not None else None
+        self._start_timeout = start_timeout
+
+        # Loop-owned state: touched only on the pool's loop.
+        self._slots: set[_Slot] = set()
+        self._ready: deque[_Slot] = deque()
+        self._preparing: list[_Slot] = []
+        self._failures = 0
+        self._backoff: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._served_warm = 0
+        self._served_waiting = 0
+        self._changed: asyncio.Condition | None = None
+
+        self._close_lock = threading.Lock()
+        self._closing = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="nbcast-kernel-pool", daemon=True
+        )
+        self._thread.start()
+        self._call(self._start(), timeout=None)
+        _live_pools.add(self)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def size(self) -> int:
+        """How many kernels the pool keeps ready."""
+        return self._size
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernelspec the pool's kernels run."""
+        return self._kernel_name
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closing
+
+    def acquire(
+        self, timeout: float | None = 60.0, *, kernel_name: str | None = None
+    ) -> PooledKernel:
+        """Hand out one started kernel for exactly one run.
+
+        A ready (warm) kernel is returned at once. Otherwise the kernel furthest along
+        in being prepared is claimed, or a fresh one started; ``timeout`` bounds that
+        wait (``TimeoutError``). A ``kernel_name`` other than the pool's always gets a
+        fresh kernel of that kernelspec, without warm-up.
+        """
+        name = kernel_name or self._kernel_name
+        began = time.monotonic()
+        slot, warm = self._call(self._acquire(name, timeout), timeout=None)
+        wait_s = 0.0 if warm else time.monotonic() - began
+        return PooledKernel(self, slot, warm=warm, wait_s=wait_s)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until ``size`` kernels are ready; False if ``timeout`` passed first."""
+        try:
+            self._call(asyncio.wait_for(self._wait_ready(), timeout), timeout=None)
+        except TimeoutError:
+            return False
+        return True
+
+    def stats(self) -> PoolStats:
+        """A snapshot of the pool's kernels and counters."""
+        return self._call(self._stats(), timeout=10.0)
+
+    def kernel_pids(self) -> list[int]:
+        """Process ids of every live kernel the pool started (ready, preparing or in use)."""
+        return self._call(self._pids(), timeout=10.0)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Kill every kernel the pool started, including ones still in use, and stop."""
+        with self._close_lock:
+            if self._closing:
+                return
+            self._closing = True
+        try:
+            self._call(self._aclose(), timeout=timeout)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+            if not self._thread.is_alive():
+                self._loop.close()
+            _live_pools.discard(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KernelPool(size={self._size}, kernel_name={self._kernel_name!r})"
+
+    # ------------------------------------------------------------------ threading glue
+
+    def _call(self, coro: Coroutine[Any, Any, _T], *, timeout: float | None) -> _T:
+        if self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("kernel pool is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        # Wait in slices: a loop stopped by a concurrent close() would never answer.
+        while not concurrent.futures.wait([future], timeout=0.5).done:
+            if not self._thread.is_alive():
+                future.cancel()
+                raise RuntimeError("kernel pool is closed")
+            if deadline is not None and time.monotonic() >= deadline:
+                future.cancel()
+                raise TimeoutError(f"the kernel pool did not answer within {timeout}s")
+        return future.result()
+
+    def _stop_threadsafe(self, slot: _Slot, *, now: bool, wait: bool) -> None:
+        coro = self._stop(slot, now=now)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed: close() already killed the kernel
+            coro.close()
+            return
+        if wait:
+            future.result(self._start_timeout)
+
+    # ------------------------------------------------------------------ on the loop
+
+    async def _start(self) -> None:
+        self._changed = asyncio.Condition()
+        self._refill()
+
+    def _start_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self._cwd is not None:
+            kwargs["cwd"] = self._cwd
+        if self._env is not None:
+            kwargs["env"] = dict(self._env)
+        return kwargs
+
+    def _spawn(self, kernel_name: str, claim: _Claim | None) -> _Slot:
+        slot = _Slot(km=AsyncKernelManager(kernel_name=kernel_name), kernel_name=kernel_name)
+        slot.claim = claim
+        self._slots.add(slot)
+        self._preparing.append(slot)
+        slot.task = asyncio.get_running_loop().create_task(self._prepare(slot))
+        return slot
+
+    def _refill(self) -> None:
+        if self._closed or self._backoff is not None:
+            return
+        unclaimed = len(self._ready) + sum(1 for s in self._preparing if s.claim is None)
+        for _ in range(self._size - unclaimed):
+            self._spawn(self._kernel_name, None)
+
+    def _end_backoff(self) -> None:
+        self._backoff = None
+        self._refill()
+
+    async def _prepare(self, slot: _Slot) -> None:
+        started = False
+        try:
+            extra = list(_IPYKERNEL_ARGS) if slot.km.ipykernel else []
+            await slot.km.start_kernel(extra_arguments=extra, **self._start_kwargs())
+            slot.process = KernelProcess.of(slot.km)
+            client = slot.km.client()
+            client.start_channels()
+            try:
+                await wait_until_connected(client, self._start_timeout)
+                started = True
+                if slot.claim is None and self._warmup and slot.kernel_name == self._kernel_name:
+                    slot.stage = "warming"
+                    await execute_silently(
+                        client, self._warmup, timeout=self._start_timeout, what="warm-up"
+                    )
+            finally:
+                client.stop_channels()
+        except Exception as exc:
+            slot.task = None  # finishing: _stop must not cancel this very task
+            self._preparing.remove(slot)
+            await self._stop(slot, now=True)
+            claim = slot.claim
+            if claim is None:
+                self._failures += 1
+                delay = min(_MAX_BACKOFF_S, 0.5 * 2 ** (self._failures - 1))
+                log.warning(
+                    "pooled %s kernel failed (%s); refill in %.1fs", slot.kernel_name, exc, delay
+                )
+                if not self._closed and self._backoff is None:
+                    self._backoff = asyncio.get_running_loop().call_later(delay, self._end_backoff)
+            elif started and not claim.abandoned:
+                # The warm-up failed after a run claimed this kernel: serve it a cold one.
+                log.warning("warm-up failed (%s); serving a fresh kernel instead", exc)
+                self._spawn(slot.kernel_name, claim)
+            elif not claim.abandoned and not claim.future.done():
+                claim.future.set_exception(exc)
+            return
+        slot.task = None
+        self._preparing.remove(slot)
+        self._failures = 0
+        claim = slot.claim
+        if claim is None:
+            slot.stage = "ready"
+            self._ready.append(slot)
+            await self._notify()
+        elif claim.abandoned or claim.future.done():
+            await self._stop(slot, now=True)
+        else:
+            slot.stage = "out"
+            claim.future.set_result(slot)
+
+    async def _acquire(self, kernel_name: str, timeout: float | None) -> tuple[_Slot, bool]:
+        if self._closed:
+            raise RuntimeError("kernel pool is closed")
+        pooled = kernel_name == self._kernel_name
+        if pooled and self._ready:
+            slot = self._ready.popleft()
+            slot.stage = "out"
+            self._served_warm += 1
+            self._refill()
+            return slot, True
+        self._served_waiting += 1
+        claim = _Claim(asyncio.get_running_loop().create_future())
+        unclaimed = [s for s in self._preparing if s.claim is None] if pooled else []
+        warming = [s for s in unclaimed if s.stage == "warming"]
+        candidates = warming or unclaimed
+        if candidates:
+            candidates[0].claim = claim
+        else:
+            self._spawn(kernel_name, claim)
+        self._refill()
+        try:
+            slot = await asyncio.wait_for(asyncio.shield(claim.future), timeout)
+        except TimeoutError:
+            claim.abandoned = True
+            for holder in list(self._preparing):
+                if holder.claim is claim:
+                    await self._stop(holder, now=True)
+            raise TimeoutError(f"no {kernel_name} kernel was ready within {timeout}s") from None
+        return slot, False
+
+    async def _stop(self, slot: _Slot, *, now: bool) -> None:
+        if slot.stop_task is None:
+            slot.stop_task = asyncio.get_running_loop().create_task(self._shutdown(slot, now=now))
+        await asyncio.shield(slot.stop_task)
+
+    async def _shutdown(self, slot: _Slot, *, now: bool) -> None:
+        slot.stage = "stopping"
+        task = slot.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        km = slot.km
+        try:
+            if km.has_kernel and await km.is_alive():
+                await asyncio.wait_for(km.shutdown_kernel(now=now), self._start_timeout)
+        except Exception as exc:
+            log.warning("shutting down kernel failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await km.cleanup_resources()
+            # Backstop; KernelProcess.of covers a start cancelled before it was recorded.
+            process = slot.process or KernelProcess.of(km)
+            if process is not None:
+                process.kill()
+            self._slots.discard(slot)
+            if slot in self._preparing:
+                self._preparing.remove(slot)
+            if slot in self._ready:
+                self._ready.remove(slot)
+            await self._notify()
+
+    async def _notify(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _wait_ready(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._closed or len(self._ready) >= self._size)
+        if self._closed:
+            raise RuntimeError("kernel pool is closed")
+
+    async def _stats(self) -> PoolStats:
+        in_use = sum(1 for s in self._slots if s.stage == "out")
+        return PoolStats(
+            size=self._size,
+            ready=len(self._ready),
+            preparing=len(self._preparing),
+            in_use=in_use,
+            served_warm=self._served_warm,
+            served_waiting=self._served_waiting,
+        )
+
+    async def _pids(self) -> list[int]:
+        return sorted(
+            s.process.pid for s in self._slots if s.process is not None and s.process.is_alive()
+        )
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        if self._backoff is not None:
+            self._backoff.cancel()
+            self._backoff = None
+        for slot in self._preparing:
+            claim = slot.claim
+            if claim is not None and not claim.abandoned and not claim.future.done():
+                claim.future.set_exception(RuntimeError("kernel pool is closed"))
+        await asyncio.gather(
+            *(self._stop(slot, now=True) for slot in list(self._slots)), return_exceptions=True
+        )
+        await self._notify()

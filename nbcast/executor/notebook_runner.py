@@ -1,0 +1,431 @@
+"""Execute one notebook run with papermill: the ``nbcast`` engine and the worker's entry point.
+
+Users keep papermill's behaviour — the ``parameters`` cell convention, the
+``injected-parameters`` cell, papermill metadata in the output notebook, the error
+banner cells and :class:`~papermill.exceptions.PapermillExecutionError` — because
+nbcast runs notebooks *through* ``papermill.execute_notebook``. What nbcast adds is a
+papermill engine and a watchdog.
+
+Design decisions:
+
+- **The ``nbcast`` engine** (:class:`WarmKernelEngine`) is papermill's nbclient engine
+  with three differences: its kernel comes from a
+  :class:`~nbcast.executor.kernels.KernelPool` (engine kwarg ``kernel_pool=``) or is
+  pre-acquired (``kernel=``); it runs ``setup_code`` silently (no history, nothing in
+  the output notebook) before the first cell; and it connects to a pooled kernel with
+  :func:`~nbcast.executor.kernels.wait_until_connected` instead of nbclient's
+  ``wait_for_ready`` (no 0.2 s IOPub-silence wait). It is registered with papermill
+  (``papermill_engines.register``) when this module is imported. It is deliberately
+  *not* published as a ``papermill.engine`` entry point: papermill loads that group
+  from inside its own import, so importing this module first would re-enter it half
+  initialized; and the engine is only useful with a pool, which papermill's CLI
+  cannot pass. The engine
+  shuts a pooled kernel down after its run only if it acquired it: whoever acquired
+  a kernel releases it.
+- **Without a pool** :func:`execute_notebook` uses papermill's default engine, so
+  nbclient owns, starts and shuts down the kernel exactly as papermill does. nbcast
+  only passes a ``kernel_manager_class`` (an ``AsyncKernelManager`` subclass made
+  per run) that, once the kernel is up, hands its process to the watchdog and runs
+  ``setup_code`` — the same silent way as the engine.
+- **No process-wide ``chdir``.** papermill's ``cwd=`` changes the *worker's* working
+  directory for the whole run, which is wrong with several runs in threads. Instead
+  the kernel changes directory: the warm path prepends ``os.chdir(cwd)`` to the
+  setup code (the pooled kernel was started elsewhere), the cold path starts the
+  kernel in ``cwd`` through nbclient's ``resources={"metadata": {"path": cwd}}``.
+- **Watchdog.** ``timeout_s`` (whole run, kernel start included) and ``cancel`` are
+  watched by a thread. When either fires it interrupts the kernel (SIGINT, so the
+  running cell records ``KeyboardInterrupt`` and papermill saves the notebook as
+  usual), waits :data:`INTERRUPT_GRACE_S`, then SIGKILLs the kernel's process group
+  if the run has not ended. Before :func:`execute_notebook` raises
+  :class:`~nbcast.errors.RunTimeoutError` or :class:`~nbcast.errors.RunCancelledError`
+  the kernel process is killed and reaped, so none survives. A limit that passes
+  while a pooled kernel is being acquired takes effect as soon as it is handed over
+  (acquisition is bounded by ``start_timeout``). A run that ends after
+  the watchdog fired is reported as timed out / cancelled even if its last cell
+  happened to finish: the limit had passed.
+- **Errors.** A failing cell becomes :class:`~nbcast.errors.NotebookExecutionError`
+  with papermill's fields; ``cell_index`` is papermill's, i.e. the index in the
+  executed notebook (after the injected-parameters cell, before papermill's error
+  banner cells). A failing ``setup_code`` raises :class:`~nbcast.errors.ExecutionError`.
+  Anything else (a kernel that cannot start, ``TimeoutError`` from the pool) is
+  raised unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import papermill
+from jupyter_client.manager import AsyncKernelManager
+from nbclient.util import run_hook, run_sync
+from papermill.clientwrap import PapermillNotebookClient
+from papermill.engines import NBClientEngine, papermill_engines
+from papermill.exceptions import PapermillExecutionError
+from papermill.log import logger as papermill_logger
+from papermill.utils import merge_kwargs, remove_args
+
+from nbcast.errors import (
+    ExecutionError,
+    NotebookExecutionError,
+    RunCancelledError,
+    RunTimeoutError,
+)
+from nbcast.executor.kernels import (
+    KernelPool,
+    KernelProcess,
+    PooledKernel,
+    execute_silently,
+    wait_until_connected,
+)
+
+__all__ = [
+    "ENGINE_NAME",
+    "INTERRUPT_GRACE_S",
+    "ExecutionResult",
+    "WarmKernelEngine",
+    "execute_notebook",
+]
+
+#: The name the engine is registered under with papermill.
+ENGINE_NAME = "nbcast"
+
+#: Seconds between the watchdog's interrupt and its kill.
+INTERRUPT_GRACE_S = 2.0
+
+_WATCH_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionResult:
+    """What one successful notebook run measured."""
+
+    #: wall time of the whole run, kernel acquisition included
+    duration_s: float
+    #: seconds spent waiting for a kernel to start (0.0 for a warm pooled kernel)
+    kernel_start_s: float
+    #: the kernel came from the pool already warmed up
+    warm: bool
+    #: where papermill wrote the executed notebook
+    output_path: str
+
+
+class _SetupNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
+    """papermill's notebook client, running ``setup_code`` silently before cell 0."""
+
+    def __init__(self, nb_man: Any, setup_code: str = "", **kwargs: Any) -> None:
+        super().__init__(nb_man, **kwargs)
+        self.nbcast_setup_code = setup_code
+
+    async def async_start_new_kernel_client(self) -> Any:
+        """Connect to the kernel; for a pooled kernel, without nbclient's 0.2 s IOPub wait."""
+        if self.owns_km:
+            return await super().async_start_new_kernel_client()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        try:
+            await wait_until_connected(self.kc, self.startup_timeout)
+        except BaseException:
+            self.kc.stop_channels()
+            self.kc = None
+            raise
+        self.kc.allow_stdin = False
+        await run_hook(self.on_notebook_start, notebook=self.nb)
+        return self.kc
+
+    # nbclient binds the synchronous twin to its own coroutine; rebind it to ours.
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def papermill_execute_cells(self) -> None:
+        """Run the setup code, then papermill's cell loop."""
+        if self.nbcast_setup_code.strip():
+            msg_id = self.kc.execute(
+                self.nbcast_setup_code, silent=True, store_history=False, allow_stdin=False
+            )
+            reply = self.wait_for_reply(msg_id)
+            if reply is None:
+                raise ExecutionError("setup code timed out")
+            content = reply["content"]
+            if content.get("status") != "ok":
+                raise ExecutionError(
+                    f"setup code raised {content.get('ename', '?')}: {content.get('evalue', '')}"
+                )
+        super().papermill_execute_cells()
+
+
+class WarmKernelEngine(NBClientEngine):  # type: ignore[misc]
+    """papermill engine ``nbcast``: a pooled (or pre-acquired) kernel plus silent setup code.
+
+    Engine kwargs, given to ``papermill.execute_notebook``:
+
+    - ``kernel_pool``: a :class:`~nbcast.executor.kernels.KernelPool`; the engine
+      acquires one kernel (``start_timeout`` bounds the wait) and shuts it down after.
+    - ``kernel``: a :class:`~nbcast.executor.kernels.PooledKernel` acquired by the
+      caller, who also releases it. Its kernelspec must be the notebook's.
+    - ``on_kernel``: called with the pooled kernel before the run starts (nbcast's
+      watchdog uses it).
+    - ``setup_code``: kernel code run silently before the first cell.
+
+    With neither ``kernel_pool`` nor ``kernel`` it starts its own kernel, like
+    papermill's nbclient engine, and still runs ``setup_code``.
+    """
+
+    @classmethod
+    def execute_managed_notebook(
+        cls,
+        nb_man: Any,
+        kernel_name: str,
+        log_output: bool = False,
+        stdout_file: Any = None,
+        stderr_file: Any = None,
+        start_timeout: float = 60,
+        execution_timeout: float | None = None,
+        kernel_pool: KernelPool | None = None,
+        kernel: PooledKernel | None = None,
+        on_kernel: Callable[[PooledKernel], None] | None = None,
+        setup_code: str = "",
+        **kwargs: Any,
+    ) -> Any:
+        """Execute the notebook held by ``nb_man`` (papermill's engine contract)."""
+        kwargs = remove_args(["input_path"], **kwargs)
+        safe_kwargs = remove_args(["timeout", "startup_timeout"], **kwargs)
+        final_kwargs = merge_kwargs(
+            safe_kwargs,
+            timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
+            startup_timeout=start_timeout,
+            kernel_name=kernel_name,
+            log=papermill_logger,
+            log_output=log_output,
+            stdout_file=stdout_file,
+            stderr_file=stderr_file,
+        )
+        acquired: PooledKernel | None = None
+        if kernel is None and kernel_pool is not None:
+            kernel = acquired = kernel_pool.acquire(timeout=start_timeout, kernel_name=kernel_name)
+        try:
+            if kernel is not None:
+                if kernel.kernel_name != kernel_name:
+                    raise ValueError(
+                        f"the notebook needs kernel {kernel_name!r}, "
+                        f"the pooled kernel runs {kernel.kernel_name!r}"
+                    )
+                kernel.start_run()
+                if on_kernel is not None:
+                    on_kernel(kernel)
+            client = _SetupNotebookClient(
+                nb_man,
+                km=kernel.manager if kernel is not None else None,
+                setup_code=setup_code,
+                **final_kwargs,
+            )
+            try:
+                return client.execute()
+            finally:
+                # nbclient leaves the client of a kernel it does not own connected.
+                if kernel is not None and client.kc is not None:
+                    client.kc.stop_channels()
+                    client.kc = None
+        finally:
+            if acquired is not None:
+                acquired.release()
+
+
+papermill_engines.register(ENGINE_NAME, WarmKernelEngine)
+
+
+class _Watchdog:
+    """Interrupts, then kills, the run's kernel when its deadline passes or it is cancelled."""
+
+    def __init__(self, timeout_s: float | None, cancel: threading.Event | None) -> None:
+        self._deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+        self._cancel = cancel
+        self._lock = threading.Lock()
+        self._process: KernelProcess | None = None
+        self._finished = threading.Event()
+        self.reason: str | None = None  # "timeout" | "cancel"
+        self._thread: threading.Thread | None = None
+        if self._deadline is not None or cancel is not None:
+            self._thread = threading.Thread(target=self._watch, name="nbcast-watchdog", daemon=True)
+            self._thread.start()
+
+    def attach(self, process: KernelProcess | None) -> None:
+        """Watch ``process``; kill it at once if the watchdog already fired."""
+        with self._lock:
+            self._process = process
+            fired = self.reason is not None
+        if fired and process is not None:
+            process.kill()
+
+    def finish(self) -> KernelProcess | None:
+        """Stop watching; return the attached kernel process."""
+        self._finished.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            return self._process
+
+    def _due(self) -> str | None:
+        if self._cancel is not None and self._cancel.is_set():
+            return "cancel"
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return "timeout"
+        return None
+
+    def _watch(self) -> None:
+        while (reason := self._due()) is None:
+            if self._finished.wait(_WATCH_INTERVAL_S):
+                return
+        with self._lock:
+            if self._finished.is_set():
+                return
+            self.reason = reason
+            process = self._process
+        if process is not None:
+            process.interrupt()
+        if self._finished.wait(INTERRUPT_GRACE_S):
+            return
+        with self._lock:
+            process = self._process
+        if process is not None:
+            process.kill()
+
+
+def _run_kernel_manager_class(
+    setup_code: str,
+    start_timeout: float,
+    on_process: Callable[[KernelProcess | None], None],
+    on_ready: Callable[[float], None],
+) -> type[AsyncKernelManager]:
+    """An ``AsyncKernelManager`` for one cold run: reports its process, runs the setup code."""
+
+    class RunKernelManager(AsyncKernelManager):
+        """Kernel manager of one nbcast run on papermill's default engine."""
+
+        async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+            began = time.monotonic()
+            await super().start_kernel(**kw)
+            try:
+                on_process(KernelProcess.of(self))
+                client = self.client()
+                client.start_channels()
+                try:
+                    await wait_until_connected(client, start_timeout)
+                    on_ready(time.monotonic() - began)
+                    if setup_code.strip():
+                        await execute_silently(client, setup_code, timeout=None, what="setup code")
+                finally:
+                    client.stop_channels()
+            except BaseException:
+                # nbclient only cleans up kernels whose start succeeded.
+                await self.shutdown_kernel(now=True)
+                raise
+
+    return RunKernelManager
+
+
+def _local_path(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text if "://" in text else os.path.abspath(text)
+
+
+def execute_notebook(
+    input_path: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    parameters: Mapping[str, Any],
+    *,
+    cwd: str,
+    pool: KernelPool | None,
+    setup_code: str = "",
+    timeout_s: float | None = None,
+    cancel: threading.Event | None = None,
+    start_timeout: float = 60,
+) -> ExecutionResult:
+    """Run one parameterized notebook with papermill and write the executed notebook.
+
+    The kernel works in ``cwd``; ``setup_code`` runs silently in it before the first
+    cell. With a ``pool`` the kernel is a pooled one (engine ``nbcast``), otherwise
+    papermill's default engine starts one. ``timeout_s`` limits the whole run and
+    ``cancel`` may be set from another thread; either stops the kernel.
+
+    Raises :class:`~nbcast.errors.NotebookExecutionError` when a cell raises (the output
+    notebook is written first, by papermill), :class:`~nbcast.errors.RunTimeoutError`,
+    :class:`~nbcast.errors.RunCancelledError`, or :class:`~nbcast.errors.ExecutionError`
+    when ``setup_code`` fails.
+    """
+    began = time.monotonic()
+    if cancel is not None and cancel.is_set():
+        raise RunCancelledError("the run was cancelled before it started")
+    input_path = _local_path(input_path)
+    output_path = _local_path(output_path)
+    cwd = os.path.abspath(cwd)
+    if not os.path.isdir(cwd):
+        raise ExecutionError(f"the run directory {cwd} does not exist")
+    watchdog = _Watchdog(timeout_s, cancel)
+    outcome: dict[str, Any] = {"warm": False, "kernel_start_s": 0.0}
+    pooled: list[PooledKernel] = []
+
+    def on_kernel(kernel: PooledKernel) -> None:
+        pooled.append(kernel)
+        outcome.update(warm=kernel.warm, kernel_start_s=kernel.wait_s)
+        watchdog.attach(kernel.process)
+
+    def on_ready(start_s: float) -> None:
+        outcome.update(kernel_start_s=start_s)
+
+    common: dict[str, Any] = {
+        "parameters": dict(parameters),
+        "report_mode": False,
+        "progress_bar": False,
+        "log_output": False,
+        "start_timeout": start_timeout,
+    }
+    if pool is not None:
+        chdir = f"import os as _nbcast_os\n_nbcast_os.chdir({cwd!r})\ndel _nbcast_os\n"
+        engine: dict[str, Any] = {
+            "engine_name": ENGINE_NAME,
+            "kernel_pool": pool,
+            "on_kernel": on_kernel,
+            "setup_code": chdir + setup_code,
+        }
+    else:
+        engine = {
+            "kernel_manager_class": _run_kernel_manager_class(
+                setup_code, start_timeout, watchdog.attach, on_ready
+            ),
+            "resources": {"metadata": {"path": cwd}},
+        }
+
+    failure: BaseException | None = None
+    try:
+        papermill.execute_notebook(input_path, output_path, **common, **engine)
+    except BaseException as exc:
+        failure = exc
+    finally:
+        process = watchdog.finish()
+        if watchdog.reason is not None:
+            # The engine (or nbclient) shut the kernel down politely; make sure it is gone.
+            if process is not None:
+                process.kill()
+            for kernel in pooled:
+                kernel.kill()
+
+    if watchdog.reason == "timeout":
+        raise RunTimeoutError(f"the run exceeded its time limit of {timeout_s}s") from failure
+    if watchdog.reason == "cancel":
+        raise RunCancelledError("the run was cancelled") from failure
+    if isinstance(failure, PapermillExecutionError):
+        raise NotebookExecutionError(
+            failure.cell_index, failure.ename, failure.evalue, tuple(failure.traceback or ())
+        ) from failure
+    if failure is not None:
+        raise failure
+    return ExecutionResult(
+        duration_s=time.monotonic() - began,
+        kernel_start_s=float(outcome["kernel_start_s"]),
+        warm=bool(outcome["warm"]),
+        output_path=output_path,
+    )

@@ -1,0 +1,334 @@
+"""The run context of ``nbcast.warehouse`` and the usage records its queries leave.
+
+Notebooks import these names from :mod:`nbcast.warehouse`, which re-exports them; the
+executor reads usage files with :func:`read_usage` and :func:`summarize`.
+
+Design decisions
+----------------
+* **Run context.** The runner writes a JSON file and points ``$NBCAST_RUN_CONTEXT`` at it,
+  or calls :func:`configure`; ``configure`` wins. Without either, the documented default
+  applies: one connection ``default`` = the Parquet folder ``$NBCAST_LAKE`` (empty counts
+  as unset), else ``./lake`` under the current folder; limits 60 s, 1,000,000 rows,
+  256 MiB; no usage file. A malformed context is a :class:`ConfigError`, never a silent
+  fallback. Relative paths in a context file are relative to that file's folder.
+  Unknown keys inside ``limits`` or a connection are refused (a typo must not leave a
+  cap at its default); unknown top-level keys are ignored, for the runner's future use.
+  A context file is re-read when its mtime or size changes.
+* **Figures.** Every query, failed ones too (with ``error``), appends one JSON line to
+  ``usage_path`` with a single ``O_APPEND`` write and is kept in memory
+  (:func:`usage`). ``rows`` and ``bytes`` are what was fetched into the kernel, also on
+  failure; ``sql_sha256`` hashes the SQL text only, so the same query groups together
+  and parameter values (possibly personal data) are not recorded. A usage file that
+  cannot be written is a ``ConfigError``: an unrecorded query would escape the budget.
+* **Shared state.** The configured context, the cached environment context and the
+  in-memory usage live here, guarded by ``_state_lock``; :mod:`nbcast.warehouse` takes
+  the same lock for its connection cache and clears this state in its ``reset()``.
+* **Import cost.** Only the standard library, like :mod:`nbcast.warehouse`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nbcast.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONNECTION",
+    "DEFAULT_LIMITS",
+    "ENV_LAKE",
+    "ENV_RUN_CONTEXT",
+    "KINDS",
+    "ConnectionSpec",
+    "Limits",
+    "QueryUsage",
+    "RunContext",
+    "configure",
+    "current_context",
+    "load_context",
+    "read_usage",
+    "summarize",
+    "usage",
+]
+
+ENV_RUN_CONTEXT = "NBCAST_RUN_CONTEXT"
+ENV_LAKE = "NBCAST_LAKE"
+DEFAULT_CONNECTION = "default"
+KINDS = ("parquet", "duckdb", "sqlalchemy")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Limits:
+    """The caps every query of a run is held to."""
+
+    timeout_s: float = 60.0
+    max_rows: int = 1_000_000
+    max_bytes: int = 256 * 1024 * 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectionSpec:
+    """Where a named connection points: ``kind`` with its ``path`` or ``url``."""
+
+    kind: str
+    path: Path | None = None
+    url: str | None = dataclasses.field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        if self.url is not None:  # never print a password
+            return self.kind + ":" + re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.url)
+        return f"{self.kind}:{self.path}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What a run may use: its connections and limits, and where its usage goes."""
+
+    run_id: int | str | None = None
+    tenant: str = "default"
+    connections: Mapping[str, ConnectionSpec]
+    limits: Limits = DEFAULT_LIMITS
+    usage_path: Path | None = None
+    source: str = "default"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QueryUsage:
+    """One query's figures for cost attribution, as written to the usage file."""
+
+    run_id: int | str | None
+    tenant: str
+    connection: str
+    sql_sha256: str
+    rows: int
+    bytes: int
+    seconds: float
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the JSON object of one usage line."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueryUsage:
+        """Parse one usage line's object; ``ValueError`` when a field is missing or wrong."""
+        try:
+            error = data.get("error")
+            return cls(
+                run_id=data["run_id"],
+                tenant=str(data["tenant"]),
+                connection=str(data["connection"]),
+                sql_sha256=str(data["sql_sha256"]),
+                rows=int(data["rows"]),
+                bytes=int(data["bytes"]),
+                seconds=float(data["seconds"]),
+                error=None if error is None else str(error),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a usage record: {exc!r}") from exc
+
+
+# --- the run context ---------------------------------------------------------------------
+
+_state_lock = threading.RLock()
+_configured: RunContext | None = None
+_env_cache: tuple[tuple[str, int, int], RunContext] | None = None
+_usage: list[QueryUsage] = []
+
+
+def _positive(value: Any, name: str, integer: bool) -> Any:
+    ok_types = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_types) or not value > 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ConfigError(f"limits.{name} must be {kind}, not {value!r}")
+    return value
+
+
+def _parse_limits(data: Any) -> Limits:
+    if data is None:
+        return DEFAULT_LIMITS
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"limits must be an object, not {data!r}")
+    unknown = set(data) - {"timeout_s", "max_rows", "max_bytes"}
+    if unknown:
+        raise ConfigError(f"limits: unknown keys {sorted(unknown)}")
+    default = DEFAULT_LIMITS
+    return Limits(
+        timeout_s=float(_positive(data.get("timeout_s", default.timeout_s), "timeout_s", False)),
+        max_rows=_positive(data.get("max_rows", default.max_rows), "max_rows", True),
+        max_bytes=_positive(data.get("max_bytes", default.max_bytes), "max_bytes", True),
+    )
+
+
+def _parse_connection(name: str, data: Any, base: Path) -> ConnectionSpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"connections.{name} must be an object, not {data!r}")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"connections.{name}.kind must be one of {', '.join(KINDS)}")
+    key = "url" if kind == "sqlalchemy" else "path"
+    unknown = set(data) - {"kind", key}
+    if unknown:
+        raise ConfigError(f"connections.{name}: unknown keys {sorted(unknown)} for {kind}")
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"connections.{name}.{key} must be a non-empty string")
+    if kind == "sqlalchemy":
+        return ConnectionSpec(kind=kind, url=value)
+    return ConnectionSpec(kind=kind, path=(base / Path(value).expanduser()).resolve())
+
+
+def _parse_context(data: Any, base: Path, source: str) -> RunContext:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"run context ({source}) must be a JSON object")
+    try:
+        connections = data.get("connections")
+        if not isinstance(connections, Mapping):
+            raise ConfigError("connections must be an object of name -> connection")
+        run_id = data.get("run_id")
+        if isinstance(run_id, bool) or not isinstance(run_id, int | str | None):
+            raise ConfigError(f"run_id must be an integer, a string or null, not {run_id!r}")
+        tenant = data.get("tenant", "default")
+        if not isinstance(tenant, str) or not tenant:
+            raise ConfigError(f"tenant must be a non-empty string, not {tenant!r}")
+        usage_path = data.get("usage_path")
+        if usage_path is not None and (not isinstance(usage_path, str) or not usage_path):
+            raise ConfigError(f"usage_path must be a non-empty string or null, not {usage_path!r}")
+        return RunContext(
+            run_id=run_id,
+            tenant=tenant,
+            connections={
+                str(name): _parse_connection(str(name), spec, base)
+                for name, spec in connections.items()
+            },
+            limits=_parse_limits(data.get("limits")),
+            usage_path=None if usage_path is None else (base / usage_path).resolve(),
+            source=source,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"run context ({source}): {exc}") from None
+
+
+def load_context(source: str | os.PathLike[str] | Mapping[str, Any]) -> RunContext:
+    """Parse and validate a run context from a JSON file or a mapping (``ConfigError``)."""
+    if isinstance(source, Mapping):
+        return _parse_context(source, Path.cwd(), "configure()")
+    path = Path(source).expanduser().resolve()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read run context {path}: {exc}") from exc
+    return _parse_context(data, path.parent, str(path))
+
+
+def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> RunContext:
+    """Set this process's run context (it wins over ``$NBCAST_RUN_CONTEXT``).
+
+    ``None`` forgets it, so the environment or the default applies again. Returns the
+    context now in force.
+    """
+    global _configured
+    context = None if source is None else load_context(source)
+    with _state_lock:
+        _configured = context
+    return current_context()
+
+
+def current_context() -> RunContext:
+    """The context in force: :func:`configure`'s, else ``$NBCAST_RUN_CONTEXT``'s, else default."""
+    global _env_cache
+    with _state_lock:
+        if _configured is not None:
+            return _configured
+        env_path = os.environ.get(ENV_RUN_CONTEXT)
+        if env_path:
+            try:
+                st = os.stat(env_path)
+            except OSError as exc:
+                raise ConfigError(f"${ENV_RUN_CONTEXT}={env_path} cannot be read: {exc}") from exc
+            key = (env_path, st.st_mtime_ns, st.st_size)
+            if _env_cache is None or _env_cache[0] != key:
+                _env_cache = (key, load_context(env_path))
+            return _env_cache[1]
+    lake = Path(os.environ.get(ENV_LAKE) or "lake").expanduser()
+    spec = ConnectionSpec(kind="parquet", path=(Path.cwd() / lake).resolve())
+    return RunContext(connections={DEFAULT_CONNECTION: spec}, source="default")
+
+
+# --- usage -------------------------------------------------------------------------------
+
+
+def _record(context: RunContext, record: QueryUsage) -> None:
+    with _state_lock:
+        _usage.append(record)
+    if context.usage_path is None:
+        return
+    line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode("utf-8")
+    try:
+        fd = os.open(context.usage_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write of one line: concurrent appends don't interleave
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigError(f"cannot append to usage file {context.usage_path}: {exc}") from exc
+
+
+def usage() -> list[QueryUsage]:
+    """Figures of every query this process ran since start (or :func:`~nbcast.warehouse.reset`)."""
+    with _state_lock:
+        return list(_usage)
+
+
+def read_usage(path: str | os.PathLike[str]) -> list[QueryUsage]:
+    """Read a usage file; a missing file means no queries.
+
+    A last line without its newline (the kernel died mid-write) is ignored; any other
+    line that is not a usage record raises ``ValueError`` naming the line.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines[:-1], start=1):  # lines[-1] is "" or a torn write
+        if not line.strip():
+            continue
+        try:
+            records.append(QueryUsage.from_json(json.loads(line)))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from exc
+    return records
+
+
+def summarize(usages: Iterable[QueryUsage]) -> dict[str, int | float]:
+    """Totals for the executor: ``queries``, ``errors``, ``rows``, ``bytes``, ``seconds``."""
+    totals: dict[str, int | float] = {"queries": 0, "errors": 0, "rows": 0, "bytes": 0}
+    seconds = 0.0
+    for record in usages:
+        totals["queries"] += 1
+        totals["errors"] += record.error is not None
+        totals["rows"] += record.rows
+        totals["bytes"] += record.bytes
+        seconds += record.seconds
+    totals["seconds"] = round(seconds, 6)
+    return totals
+
+
+def _reset_state() -> None:
+    """Forget :func:`configure`'s context and the cached environment one; clear usage."""
+    global _configured, _env_cache
+    with _state_lock:
+        _configured = None
+        _env_cache = None
+        _usage.clear()
