@@ -1,12 +1,12 @@
 """Claims per second from a PostgreSQL queue of 100,000 runs with 4 claimers.
 
 Prints JSON. Four claimer processes lease runs (``RunQueue.claim``: fair-share plan,
-tenant lock, ``FOR UPDATE SKIP LOCKED``, attempt rows) until the queue is empty,
-side by side with the reference: the same number of rows taken by a plain
-``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT k)`` loop, so the
-ratio shows what quotas, fairness and attempt records cost. Quotas are set high
-enough that they never block: this measures claiming, not waiting. Target: ≥ 2,000
-claims/s.
+tenant locks, ``FOR UPDATE SKIP LOCKED``, attempt rows) and complete each one at
+once (the fenced success write), until the queue is empty — a worker's steady state,
+where leases end and quotas never fill. Side by side, the reference: the same rows
+taken by a plain ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT k)``
+and completed by a plain ``UPDATE``, so the ratio shows what quotas, fairness,
+fencing and attempt records cost. Target: ≥ 2,000 claims/s.
 """
 
 from __future__ import annotations
@@ -79,9 +79,11 @@ def _claimer(url: str, index: int, batch: int, out: Any) -> None:
     claimed = 0
     empty = 0
     while empty < 3:
-        got = len(queue.claim(batch))
-        claimed += got
-        empty = empty + 1 if got == 0 else 0
+        leases = queue.claim(batch)
+        for lease in leases:
+            queue.succeed(lease, artifact_sha256=None, duration_s=0.0)
+        claimed += len(leases)
+        empty = empty + 1 if not leases else 0
     out.put(claimed)
     db.dispose()
 

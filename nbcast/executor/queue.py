@@ -148,11 +148,12 @@ class RunQueue:
     def claim(self, limit: int = 1) -> list[Lease]:
         """Lease up to ``limit`` due runs, respecting quotas and fair share.
 
-        A claim is a fixed number of statements however many tenants it serves: the
-        fair-share plan, one lock statement for the planned tenants, one count of
-        their live runs (a fresh snapshot taken *after* the locks, so it sees every
-        committed claim), one candidate query, one update, one read of what was
-        leased and one insert of the attempt rows.
+        Tenants are tried in fair-share order (:meth:`_order`); each is locked with
+        ``SKIP LOCKED`` — a tenant another worker is claiming for right now is passed
+        over, not waited for — its live runs are counted *after* the lock (a fresh
+        snapshot that sees every committed claim), and it gives as many runs as its
+        quota and the claim allow. Workers claiming at once therefore spread over
+        different tenants instead of queueing on the same locks.
         """
         stats = ClaimStats()
         self.last_claim = stats
@@ -160,44 +161,40 @@ class RunQueue:
             return []
         now = self.clock.now()
         with self.db.session() as session:
-            plan = self._plan(session, now, limit)
-            if not plan:
-                return []
-            ids = [tenant.id for tenant, _ in plan]
-            locked = set(
-                session.scalars(
-                    self._lock(sa.select(Tenant.id).where(Tenant.id.in_(ids)).order_by(Tenant.id))
-                )
-            )
-            stats.skipped_tenants = [t.name for t, _ in plan if t.id not in locked]
-            active = dict(
-                session.execute(
-                    sa.select(Run.tenant_id, sa.func.count())
-                    .where(Run.tenant_id.in_(locked), Run.state.in_(_LIVE))
-                    .group_by(Run.tenant_id)
-                )
-                .tuples()
-                .all()
-            )
             rooms: dict[int, int] = {}
             tenants: dict[int, Tenant] = {}
-            for tenant, count in plan:
-                if tenant.id not in locked:
+            remaining = limit
+            for tenant, waiting in self._order(session, now, limit):
+                if remaining <= 0:
+                    break
+                locked = session.scalar(
+                    self._lock(sa.select(Tenant.id).where(Tenant.id == tenant.id))
+                )
+                if locked is None:
+                    stats.skipped_tenants.append(tenant.name)
                     continue  # another worker is claiming for this tenant right now
-                room = min(tenant.max_concurrent_runs - active.get(tenant.id, 0), count)
-                if room <= 0:
+                room = tenant.max_concurrent_runs - self._active(session, tenant.id)
+                take = min(room, remaining, waiting)
+                if take <= 0:
                     continue
                 if self._budget_spent(session, tenant, now):
                     stats.budget_failed += self._fail_over_budget(session, tenant.id, now)
                     continue
-                rooms[tenant.id], tenants[tenant.id] = room, tenant
+                rooms[tenant.id], tenants[tenant.id] = take, tenant
+                remaining -= take
             leases = self._lease_runs(session, tenants, rooms, now) if rooms else []
         stats.leased = len(leases)
         return leases
 
-    def _plan(self, session: Session, now: datetime, limit: int) -> list[tuple[Tenant, int]]:
-        """How many runs to try to lease per tenant, handed out one at a time to the
-        tenant furthest below its share (active / share, ties by name)."""
+    def _order(self, session: Session, now: datetime, limit: int) -> list[tuple[Tenant, int]]:
+        """Tenants with due work, furthest below their share first, with how many
+        runs (up to ``limit``) each has waiting.
+
+        The order is ``live runs / share``; among equals, the tenant with the fewest
+        runs waiting goes first (so a single run is not queued behind a backlog of
+        10,000 of another tenant's), then a random one (so concurrent workers spread
+        over tenants).
+        """
         due = (
             sa.select(Run.id)
             .where(Run.tenant_id == Tenant.id, Run.state == "QUEUED", Run.not_before <= now)
@@ -216,24 +213,9 @@ class RunQueue:
             Run.tenant_id == Tenant.id, Run.state == "QUEUED", Run.not_before <= now
         )
         rows = session.execute(sa.select(Tenant, active, queued).where(has_work)).all()
-        load = {t.id: int(a) for t, a, _ in rows}
-        waiting = {t.id: int(q) for t, _, q in rows}
-        given = {t.id: 0 for t, _, _ in rows}
-        tenants = {t.id: t for t, _, _ in rows}
-        for _ in range(limit):
-            open_ = [
-                t
-                for t in tenants.values()
-                if given[t.id] < waiting[t.id] and load[t.id] < t.max_concurrent_runs
-            ]
-            if not open_:
-                break
-            pick = min(open_, key=lambda t: (load[t.id] / max(t.share, 1e-9), t.name))
-            given[pick.id] += 1
-            load[pick.id] += 1
-        plan = [(tenants[i], n) for i, n in given.items() if n]
-        plan.sort(key=lambda item: item[0].name)  # lock tenants in one order: no deadlock
-        return plan
+        shuffled = [(t, int(a), int(q), random.random()) for t, a, q in rows]
+        shuffled.sort(key=lambda r: (r[1] / max(r[0].share, 1e-9), r[2], r[3]))
+        return [(t, q) for t, a, q, _ in shuffled if a < t.max_concurrent_runs]
 
     def _active(self, session: Session, tenant_id: int) -> int:
         return int(
