@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAKE := notebooks/examples/lake/orders.parquet
 export RAY_USAGE_STATS_ENABLED := 0
+# The demo's and the tests' Ray clusters live on loopback only: no token auth.
+export RAY_AUTH_MODE := disabled
 
 .PHONY: demo test lint typecheck install lake clean bench
 

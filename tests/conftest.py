@@ -129,6 +129,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         service_missing("Ray", "the ray command is not installed")
     temp = Path("/tmp") / f"nbray-{os.getpid()}"  # Ray wants a short socket path
     port = _free_port()
+    # A test cluster on loopback: no token auth (Ray turns it on by itself once a token
+    # file exists in ~/.ray, and then refuses a second node started without it).
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--disable-usage-stats", "--num-cpus=1", "--num-gpus=0"]
     head = subprocess.run(
