@@ -147,6 +147,32 @@ async def _saw_idle(client: AsyncKernelClient, sent: set[str]) -> bool:
     return False
 
 
+class _ForkedProcess:
+    """A ``Popen``-shaped view of a kernel forked by the zygote (not our child)."""
+
+    def __init__(self, forked: Any) -> None:
+        self._forked = forked
+        self.pid: int = forked.pid
+
+    def poll(self) -> int | None:
+        code: int | None = self._forked.poll()
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        self._forked.signal(signum)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Until the zygote has reaped it (no /proc entry left), like Popen.wait.
+        while (code := self.poll()) is None or os.path.exists(f"/proc/{self.pid}"):
+            if deadline is not None and time.monotonic() > deadline:
+                if code is not None:
+                    return code
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return code
+
+
 class KernelProcess:
     """The operating-system process of one kernel, controlled by signals from any thread.
 
@@ -156,7 +182,10 @@ class KernelProcess:
     """
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], pgid: int | None, interrupt_mode: str = "signal"
+        self,
+        popen: subprocess.Popen[bytes] | _ForkedProcess,
+        pgid: int | None,
+        interrupt_mode: str = "signal",
     ) -> None:
         self._popen = popen
         # Only signal a group the kernel leads (jupyter_client starts kernels in a
@@ -169,8 +198,11 @@ class KernelProcess:
     def of(cls, manager: AsyncKernelManager) -> KernelProcess | None:
         """The process behind a started kernel manager, or None for non-local provisioners."""
         provisioner = manager.provisioner
-        popen = getattr(provisioner, "process", None)
-        if not isinstance(popen, subprocess.Popen):
+        forked = getattr(provisioner, "forked", None)  # nbcast.executor.zygote kernels
+        popen: Any = (
+            _ForkedProcess(forked) if forked is not None else getattr(provisioner, "process", None)
+        )
+        if not isinstance(popen, subprocess.Popen | _ForkedProcess):
             return None
         spec = manager.kernel_spec
         mode = spec.interrupt_mode if spec is not None else "signal"

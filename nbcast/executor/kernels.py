@@ -53,6 +53,8 @@ import atexit
 import concurrent.futures
 import contextlib
 import logging
+import os
+import sys
 import threading
 import time
 import weakref
@@ -229,10 +231,20 @@ class KernelPool:
         env: dict[str, str] | None = None,
         *,
         start_timeout: float = 60.0,
+        forked: bool | None = None,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
         self._size = size
+        # Kernels forked from a pre-imported zygote (nbcast.executor.zygote) start in a
+        # tenth of the CPU; default on Linux, off with NBCAST_FORKED_KERNELS=0.
+        if forked is None:
+            forked = sys.platform == "linux" and os.environ.get("NBCAST_FORKED_KERNELS", "1") != "0"
+        self._manager_class: type[AsyncKernelManager] = AsyncKernelManager
+        if forked:
+            from nbcast.executor.zygote import ZygoteKernelManager
+
+            self._manager_class = ZygoteKernelManager
         self._kernel_name = kernel_name
         self._warmup = warmup or ""
         self._cwd = cwd
@@ -381,7 +393,7 @@ class KernelPool:
         return kwargs
 
     def _spawn(self, kernel_name: str, claim: _Claim | None) -> _Slot:
-        slot = _Slot(km=AsyncKernelManager(kernel_name=kernel_name), kernel_name=kernel_name)
+        slot = _Slot(km=self._manager_class(kernel_name=kernel_name), kernel_name=kernel_name)
         slot.claim = claim
         self._slots.add(slot)
         self._preparing.append(slot)

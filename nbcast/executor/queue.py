@@ -57,6 +57,10 @@ from nbcast.governance.models import Tenant
 __all__ = ["Lease", "Quota", "RunQueue", "backoff"]
 
 _LIVE = (RunState.LEASED.value, RunState.RUNNING.value)
+# Core tables: the queue's writes are Core statements (no ORM unit of work or bulk
+# update bookkeeping on the hot path); the ORM models stay the schema's one source.
+_RUNS = cast(sa.Table, Run.__table__)
+_ATTEMPTS = cast(sa.Table, RunAttempt.__table__)
 
 
 def backoff(
@@ -239,8 +243,8 @@ class RunQueue:
         return int(spent or 0) >= tenant.warehouse_budget_bytes
 
     def _fail_over_budget(self, session: Session, tenant_id: int, now: datetime) -> int:
-        result = session.execute(
-            sa.update(Run)
+        result = session.connection().execute(
+            sa.update(_RUNS)
             .where(Run.tenant_id == tenant_id, Run.state == "QUEUED", Run.not_before <= now)
             .values(
                 state=RunState.FAILED.value,
@@ -323,8 +327,8 @@ class RunQueue:
         # The lease starts now, under the tenant locks, not when the claim began.
         now = self.clock.now()
         expires = now + self.lease
-        session.execute(
-            sa.update(Run)
+        session.connection().execute(
+            sa.update(_RUNS)
             .where(Run.id.in_(chosen))
             .values(
                 state=RunState.LEASED.value,
@@ -411,7 +415,9 @@ class RunQueue:
         )
 
     def _update(self, session: Session, lease: Lease, **values: Any) -> None:
-        result = session.execute(sa.update(Run).where(self._fenced(lease)).values(**values))
+        result = session.connection().execute(
+            sa.update(_RUNS).where(self._fenced(lease)).values(**values)
+        )
         if int(cast(Any, result).rowcount or 0) != 1:
             raise LeaseLostError(
                 f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
@@ -545,8 +551,8 @@ class RunQueue:
         }
         if host:  # where it actually ran (a Ray node), when not the claiming host
             values["host"] = host
-        session.execute(
-            sa.update(RunAttempt)
+        session.connection().execute(
+            sa.update(_ATTEMPTS)
             .where(RunAttempt.run_id == lease.run_id, RunAttempt.attempt == lease.attempt)
             .values(**values)
         )
@@ -605,13 +611,13 @@ class RunQueue:
                         "not_before": now
                         + backoff(attempt, base=self.backoff_base, cap=self.backoff_cap),
                     }
-                session.execute(
-                    sa.update(Run)
+                session.connection().execute(
+                    sa.update(_RUNS)
                     .where(Run.id == run_id, Run.attempt == attempt, Run.state.in_(_LIVE))
                     .values(lease_owner=None, lease_expires_at=None, error=lost, **values)
                 )
-                session.execute(
-                    sa.update(RunAttempt)
+                session.connection().execute(
+                    sa.update(_ATTEMPTS)
                     .where(
                         RunAttempt.run_id == run_id,
                         RunAttempt.attempt == attempt,
@@ -626,8 +632,8 @@ class RunQueue:
         """QUEUED runs with a cancel request become CANCELLED; return how many."""
         now = self.clock.now()
         with self.db.session() as session:
-            result = session.execute(
-                sa.update(Run)
+            result = session.connection().execute(
+                sa.update(_RUNS)
                 .where(Run.state == "QUEUED", sa.exists().where(CancelRequest.run_id == Run.id))
                 .values(state=RunState.CANCELLED.value, reason="cancelled", finished_at=now)
             )

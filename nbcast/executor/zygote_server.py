@@ -1,0 +1,274 @@
+"""The zygote's server side: the process that preloads modules and forks Jupyter kernels.
+
+The client (:class:`nbcast.executor.zygote.Zygote`, which holds the overview and the
+jupyter_client integration) runs ``python [options] -m nbcast.executor.zygote_server
+CONFIG`` with one end of a ``socketpair`` (``pass_fds``); ``CONFIG`` is JSON naming
+that descriptor, the client's pid and the modules to preload. The server imports them,
+reports what it imported in its first line, then answers JSON-line requests
+(``spawn``, ``status``, ``shutdown``) until told to stop or orphaned.
+
+Design decisions:
+
+- **Fork before anything stateful exists.** The zygote only imports: no zmq context,
+  event loop or Python thread; its loop is ``select`` on one socket. This module
+  imports only the standard library. ``gc.freeze()`` after the imports keeps the shared
+  pages shared. OpenBLAS's idle pool is the only native thread; OpenBLAS stops it in a
+  ``pthread_atfork`` handler.
+- **The child is** ``python -m ipykernel_launcher -f FILE``: ``setsid()``, ``chdir``,
+  the requested environment *replaces* ``os.environ`` (plus variables the preloads set,
+  e.g. debugpy's), stdin ``/dev/null``, stdout and stderr inherited, the
+  launcher's ``sys.argv``; then ``IPKernelApp`` ``initialize``/``start``, ``atexit``
+  handlers and ``os._exit`` (the zygote's stack never unwinds in a child). Setup errors
+  (a missing ``cwd``) are reported back and raised by the client's ``Zygote.spawn``, as
+  ``Popen`` would.
+- **Parent polling points at the zygote.** ``IPKernelApp.parent_handle`` defaults to
+  ``JPY_PARENT_PID`` read at *import* time (in the zygote), so the child passes the
+  zygote's pid explicitly: ipykernel's ``ParentPollerUnix`` keeps the kernel alive
+  while the zygote lives and ends it within a second if the zygote dies, even by
+  ``SIGKILL``. The zygote itself exits (killing its kernels' process groups) on
+  ``shutdown``, ``SIGTERM``/``SIGINT``, end-of-file or a new parent pid.
+- **Import-time state a kernel would have computed differently is redone in the
+  child:** matplotlib's ``backend`` from ``MPLBACKEND`` (ipykernel's inline default);
+  ``matplotlib_inline.backend_inline`` is re-imported by pyplot so it hooks into the
+  live shell; pandas' ``display.max_columns`` is 20 as under a kernel; numpy's global
+  random state is reseeded (``random`` reseeds itself). A test compares a forked
+  kernel with a normally started one.
+
+Linux only (``fork``, ``/proc``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["INLINE_BACKEND"]
+
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+_KEEP_EXIT_CODES = 4096
+
+
+def _prepare_child_runtime() -> None:
+    """Redo, in a forked kernel, import-time state that differs inside a kernel."""
+    if not os.environ.get("MPLBACKEND"):  # what IPKernelApp.init_gui_pylab does
+        os.environ["MPLBACKEND"] = INLINE_BACKEND
+    matplotlib: Any = sys.modules.get("matplotlib")
+    if matplotlib is not None:  # matplotlib reads MPLBACKEND when first imported
+        matplotlib.rcParams["backend"] = os.environ["MPLBACKEND"]
+    # Its import hooks into the running shell (show figures after each cell); let
+    # pyplot import it again once the shell exists.
+    sys.modules.pop("matplotlib_inline.backend_inline", None)
+    np_random: Any = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+    config: Any = sys.modules.get("pandas._config.config")
+    key = "display.max_columns"
+    registered = config._registered_options.get(key) if config is not None else None
+    if registered is not None and registered.defval == 0:  # computed outside IPython
+        config._registered_options[key] = registered._replace(defval=20)
+        if config.get_option(key) == 0:
+            config.set_option(key, 20)
+
+
+def _run_kernel(zygote_pid: int, argv: list[str]) -> int:
+    """Run an IPython kernel as ``python -m ipykernel_launcher`` would; return its code."""
+    code = 0
+    try:
+        _prepare_child_runtime()
+        from ipykernel.kernelapp import IPKernelApp
+
+        app: Any = IPKernelApp.instance(parent_handle=zygote_pid)
+        app.initialize(argv)
+        app.start()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(BaseException):
+            stream.flush()  # type: ignore[union-attr]
+    return code
+
+
+class _Server:
+    """The zygote's request loop: one client socket, children reaped as they exit."""
+
+    def __init__(self, sock: socket.socket, parent_pid: int, env_set: dict[str, str]) -> None:
+        self.sock, self.parent_pid, self.env_set = sock, parent_pid, env_set
+        self.children: set[int] = set()
+        self.exit_codes: dict[int, int] = {}
+        self.stopping = False
+        self.buffer = b""
+        spec = importlib.util.find_spec("ipykernel_launcher")
+        self.launcher = spec.origin if spec and spec.origin else "ipykernel_launcher"
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        """Write one JSON line to the client; a vanished client stops the server."""
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            self.stopping = True
+
+    def run(self) -> None:
+        """Serve requests until told to stop or orphaned; then kill every kernel."""
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        try:
+            while not self.stopping and os.getppid() == self.parent_pid:
+                ready, _, _ = select.select([self.sock.fileno(), self.wake_r], [], [], 0.5)
+                if self.wake_r in ready:
+                    os.read(self.wake_r, 4096)
+                self.reap()
+                if self.sock.fileno() in ready:
+                    data = self.sock.recv(65536)
+                    self.stopping = self.stopping or not data  # EOF: the client went away
+                    self.buffer += data
+                while b"\n" in self.buffer and not self.stopping:
+                    line, self.buffer = self.buffer.split(b"\n", 1)
+                    self.send(self.handle(line))
+        finally:
+            self.kill_children()
+
+    def reap(self) -> None:
+        """Collect exited children and remember their exit codes."""
+        with contextlib.suppress(ChildProcessError):
+            while (waited := os.waitpid(-1, os.WNOHANG))[0]:
+                self.children.discard(waited[0])
+                self.exit_codes[waited[0]] = os.waitstatus_to_exitcode(waited[1])
+                if len(self.exit_codes) > _KEEP_EXIT_CODES:
+                    del self.exit_codes[next(iter(self.exit_codes))]
+
+    def kill_children(self) -> None:
+        """SIGKILL every live kernel's process group and reap it (waiting <= 10 s)."""
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while self.children and time.monotonic() < deadline:
+            time.sleep(0.005)
+            self.reap()
+
+    def handle(self, line: bytes) -> dict[str, Any]:
+        """Answer one request."""
+        try:
+            request = json.loads(line)
+            op = request.get("op")
+            self.reap()
+            if op == "spawn":
+                return {"ok": True, "pid": self.spawn(request)}
+            if op == "status":
+                return {"ok": True, "returncode": self.exit_codes.get(int(request["pid"]))}
+            if op == "shutdown":
+                self.stopping = True
+                return {"ok": True}
+            return {"ok": False, "error": f"unknown request {op!r}"}
+        except Exception as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    def spawn(self, request: Mapping[str, Any]) -> int:
+        """Fork one kernel; return its pid once its setup (cwd, env, stdio) succeeded."""
+        argv = ["-f", str(request["connection_file"]), *map(str, request["argv_extra"])]
+        env = {str(k): str(v) for k, v in dict(request["env"]).items()}
+        status_r, status_w = os.pipe()
+        blocked = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the kernel; never returns
+            try:
+                os.close(status_r)
+                self._child(zygote_pid, status_w, argv, str(request["cwd"]), env)
+            finally:
+                os._exit(127)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        os.close(status_w)
+        self.children.add(pid)
+        with os.fdopen(status_r, "rb") as status:
+            error = status.read().decode(errors="replace")
+        if error:
+            raise OSError(error)
+        return pid
+
+    def _child(
+        self, zygote_pid: int, status_w: int, argv: list[str], cwd: str, env: dict[str, str]
+    ) -> None:
+        """Turn the forked child into a kernel process (runs in the child only)."""
+        try:
+            os.setsid()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            self.sock.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            for key, value in self.env_set.items():  # what the preloads did to os.environ
+                os.environ.setdefault(key, value)
+            os.environ["JPY_PARENT_PID"] = str(zygote_pid)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            sys.argv = [self.launcher, *argv]
+            options = sys.orig_argv[: sys.orig_argv.index("-m")]  # interpreter and options
+            sys.orig_argv = [*options, "-m", "ipykernel_launcher", *argv]
+        except BaseException as exc:
+            os.write(status_w, f"{type(exc).__name__}: {exc}".encode())
+            os._exit(127)
+        os.close(status_w)
+        os._exit(_run_kernel(zygote_pid, argv))
+
+
+def _server_main(argv: Sequence[str]) -> int:
+    """Entry point of the zygote process (``python -m nbcast.executor.zygote_server``)."""
+    config = json.loads(argv[0])  # {"fd": socketpair end, "parent": pid, "preload": [...]}
+    sock = socket.socket(fileno=config["fd"])
+    # Like ipykernel_launcher: `-m` put the current directory first on sys.path.
+    if sys.path and sys.path[0] and os.path.realpath(sys.path[0]) == os.path.realpath("."):
+        del sys.path[0]
+    environ, loaded, failed = dict(os.environ), [], {}
+    for name in config["preload"]:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+    env_set = {k: v for k, v in os.environ.items() if environ.get(k) != v}
+    gc.collect()
+    gc.freeze()
+    server = _Server(sock, config["parent"], env_set)
+    threads = len(os.listdir("/proc/self/task"))
+    server.send({"ok": True, "loaded": loaded, "failed": failed, "env_set": env_set,
+                 "threads": threads})  # fmt: skip
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_server_main(sys.argv[1:]))
