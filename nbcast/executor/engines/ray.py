@@ -47,7 +47,9 @@ def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
 
     global _POOL
     if _POOL is None and os.environ.get("NBCAST_RAY_WARM_KERNELS", "1") == "1":
-        _POOL = KernelPool(size=1)
+        # Plain (not zygote-forked) kernels inside Ray workers: a Ray worker process is
+        # Ray's to manage, and a fork server beside it has been seen to stall there.
+        _POOL = KernelPool(size=1, forked=False)
     outcome = execute_attempt(job, pool=_POOL)
     node = ray.get_runtime_context().get_node_id()
     return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")
