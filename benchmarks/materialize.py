@@ -12,7 +12,7 @@ Prints one JSON object:
   with the real clock over ``--latency-minutes`` minutes with the real scheduler
   service loop.
 
-Usage: ``python benchmarks/materialize.py [--definitions N] [--latency-minutes M]``.
+Usage: ``python -m benchmarks.materialize [--definitions N] [--latency-minutes M]``.
 Needs the PostgreSQL on 127.0.0.1:5432 (``NBCAST_BENCH_PG`` overrides the admin URL).
 """
 
@@ -21,43 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import statistics
 import threading
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
+from benchmarks._common import scratch_database
 from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
 from nbcast.executor.models import Run
 from nbcast.scheduler.materializer import Materializer
 
-ADMIN = os.environ.get("NBCAST_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata", "Australia/Sydney",
          "America/Los_Angeles", "Asia/Tokyo", "Europe/London"]
 T0 = datetime(2026, 6, 15, 9, 0, tzinfo=UTC)  # an ordinary day in every zone
-
-
-def create_database() -> tuple[str, sa.Engine]:
-    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"nbcast_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.engine.make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
-    return url, admin
-
-
-def drop_database(url: str, admin: sa.Engine) -> None:
-    name = sa.engine.make_url(url).database
-    with admin.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                             "WHERE datname = :n"), {"n": name})
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    admin.dispose()
 
 
 def schedule_for(i: int) -> dict[str, Any]:
@@ -216,9 +196,7 @@ def main() -> None:
     parser.add_argument("--minutes-due", type=int, default=10)
     parser.add_argument("--latency-minutes", type=float, default=2.0)
     args = parser.parse_args()
-    url, admin = create_database()
-    try:
-        Database.open(url).dispose()
+    with scratch_database() as url:
         db = Database.open(url)
         seed(db, args.definitions, T0)
         db.dispose()
@@ -232,8 +210,6 @@ def main() -> None:
                 f"{n}_definitions": fire_latency(url, args.latency_minutes, n)
                 for n in (10_000, args.definitions)
             }
-    finally:
-        drop_database(url, admin)
     print(json.dumps({
         "benchmark": "materialize", "definitions": args.definitions,
         "minutes_due": args.minutes_due,

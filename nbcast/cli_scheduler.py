@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from nbcast.cli import AppContext, _emit_json, _table, cli, pass_app
+from nbcast.clock import format_instant
 from nbcast.errors import ConfigError
 
 __all__: list[str] = []
@@ -34,10 +35,6 @@ class InstantType(click.ParamType):  # type: ignore[type-arg]
 
 
 INSTANT = InstantType()
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 # -- schedule preview ----------------------------------------------------------------
@@ -272,7 +269,7 @@ def runs_list(
                 r.kind,
                 r.state,
                 r.reason or "",
-                _iso(r.fire_at),
+                format_instant(r.fire_at),
                 r.version,
             )
             for r in items

@@ -30,6 +30,7 @@ __all__ = [
     "FixedClock",
     "SystemClock",
     "clock_from_env",
+    "format_instant",
     "parse_instant",
 ]
 
@@ -47,6 +48,11 @@ def parse_instant(text: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ConfigError(f"{text!r} has no UTC offset (add 'Z' or '+HH:MM')")
     return value.astimezone(UTC)
+
+
+def format_instant(instant: datetime) -> str:
+    """An instant as ISO 8601 UTC with ``Z`` (the form every command prints)."""
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class Clock(ABC):

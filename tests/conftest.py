@@ -7,6 +7,7 @@ missing service fails the run instead, so CI can never pass by skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -44,11 +45,14 @@ def nbcast_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, migrated to head."""
+@contextlib.contextmanager
+def scratch_pg_database(prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database (its URL), dropped afterwards.
+
+    Skips outside CI, fails under ``CI=true``, when PostgreSQL is not reachable.
+    """
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"nbcast_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
@@ -56,15 +60,26 @@ def pg_url() -> Iterator[str]:
         admin.dispose()
         service_missing("PostgreSQL on 127.0.0.1:5432", str(exc.orig).splitlines()[0])
     url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    Database.open(url).dispose()
-    yield url
-    with admin.connect() as conn:
-        conn.execute(
-            sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-            {"n": name},
-        )
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    admin.dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+                ),
+                {"n": name},
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, migrated to head."""
+    with scratch_pg_database("nbcast_test") as url:
+        Database.open(url).dispose()
+        yield url
 
 
 def _reset_postgres(db: Database) -> None:
@@ -135,23 +150,42 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--disable-usage-stats", "--num-cpus=1", "--num-gpus=0"]
     head = subprocess.run(
-        [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}",
-         "--include-dashboard=false", "--resources={\"node_head\": 1, "
-         "\"nbcast_tenant_default\": 4}", *common],
-        env=env, capture_output=True, text=True, timeout=180)
+        [
+            str(ray),
+            "start",
+            "--head",
+            f"--port={port}",
+            f"--temp-dir={temp}",
+            "--include-dashboard=false",
+            '--resources={"node_head": 1, "nbcast_tenant_default": 4}',
+            *common,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if head.returncode != 0:
         service_missing("Ray", head.stderr.strip().splitlines()[-1] if head.stderr else "?")
     address = f"127.0.0.1:{port}"
     second = subprocess.run(
-        [str(ray), "start", f"--address={address}",
-         "--resources={\"node_second\": 1, \"nbcast_tenant_default\": 4}", *common],
-        env=env, capture_output=True, text=True, timeout=180)
+        [
+            str(ray),
+            "start",
+            f"--address={address}",
+            '--resources={"node_second": 1, "nbcast_tenant_default": 4}',
+            *common,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     try:
         if second.returncode != 0:
             pytest.fail(f"second Ray node failed: {second.stderr[-500:]}")
         yield address
     finally:
-        subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True,
-                       timeout=120)
+        subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(temp, ignore_errors=True)
         tmp_path_factory.getbasetemp()

@@ -7,11 +7,9 @@ tests use a scratch database made for this session and dropped after it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +21,7 @@ import sqlalchemy as sa
 
 from nbcast import warehouse
 from nbcast.errors import ConfigError, QueryLimitExceeded
-from tests.conftest import PG_ADMIN_URL, REPO, service_missing
+from tests.conftest import REPO, scratch_pg_database
 
 EXAMPLE_LAKE = REPO / "notebooks" / "examples" / "lake"
 # About 10^10 rows to sum: tens of seconds on any machine, so only the cap can end it.
@@ -65,33 +63,18 @@ def lake(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def pg_scratch_url() -> Iterator[str]:
     """A scratch PostgreSQL database with a ``customers`` table, dropped after the session."""
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"nbcast_wh_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        service_missing("PostgreSQL on 127.0.0.1:5432", str(exc.orig).splitlines()[0])
-    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE customers (id integer PRIMARY KEY, name text)"))
-        conn.execute(
-            sa.text(
-                "INSERT INTO customers SELECT i, 'customer ' || i FROM generate_series(1, 50) i"
+    with scratch_pg_database("nbcast_wh") as url:
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE customers (id integer PRIMARY KEY, name text)"))
+            conn.execute(
+                sa.text(
+                    "INSERT INTO customers SELECT i, 'customer ' || i FROM generate_series(1, 50) i"
+                )
             )
-        )
-    engine.dispose()
-    yield url
-    warehouse.close()
-    with admin.connect() as conn:
-        conn.execute(
-            sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-            {"n": name},
-        )
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    admin.dispose()
+        engine.dispose()
+        yield url
+        warehouse.close()
 
 
 def context(

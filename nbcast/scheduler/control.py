@@ -17,26 +17,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast.clock import Clock
+from nbcast.clock import Clock, format_instant
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.errors import ScheduleError, UnknownDefinitionError
 from nbcast.executor.models import Run, RunKind, RunState
 from nbcast.governance.tenants import get_tenant
-from nbcast.scheduler.materializer import Materializer, _due, _next, _rows
+from nbcast.scheduler.materializer import _EPSILON, Materializer, _due, _next, _rows
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
 
 __all__ = ["RunInfo", "backfill", "list_runs", "pause", "resume", "run_now"]
-
-_EPSILON = timedelta(microseconds=1)
 
 
 def _definition(session: Session, tenant: str, name: str) -> ReportDefinition:
@@ -225,17 +223,13 @@ class RunInfo:
             "kind": self.kind,
             "state": self.state,
             "reason": self.reason,
-            "fire_at": _iso(self.fire_at),
+            "fire_at": format_instant(self.fire_at),
             "version": self.version,
             "parameters": self.parameters,
-            "created_at": _iso(self.created_at),
+            "created_at": format_instant(self.created_at),
             "attempt": self.attempt,
             "artifact_sha256": self.artifact_sha256,
         }
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def list_runs(
