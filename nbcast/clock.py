@@ -83,6 +83,13 @@ class Clock(ABC):
     def _real_seconds(self, seconds: float) -> float:
         return seconds
 
+    @property
+    def rate(self) -> float:
+        """Clock seconds per real second while nobody moves the clock: 1 for the
+        system clock, 0 for a fixed one, the factor for an accelerated one. Lets code
+        running elsewhere (a server-side function) follow this clock for a moment."""
+        return 1.0
+
 
 class SystemClock(Clock):
     """The machine's real clock."""
@@ -129,6 +136,10 @@ class FixedClock(Clock):
         if seconds > 0:
             self.advance(seconds)
 
+    @property
+    def rate(self) -> float:
+        return 0.0
+
 
 class AcceleratedClock(Clock):
     """Simulated time that starts at ``start`` and runs ``factor`` times real time.
@@ -151,6 +162,10 @@ class AcceleratedClock(Clock):
 
     def _real_seconds(self, seconds: float) -> float:
         return seconds / self.factor
+
+    @property
+    def rate(self) -> float:
+        return self.factor
 
 
 def clock_from_env(environ: dict[str, str] | None = None) -> Clock:

@@ -97,3 +97,14 @@ def test_parse_instant_requires_an_offset() -> None:
         parse_instant("2026-03-08T06:00")
     with pytest.raises(ConfigError, match="not an ISO 8601"):
         parse_instant("yesterday")
+
+
+def test_rate_is_clock_seconds_per_real_second() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert SystemClock().rate == 1.0
+    assert FixedClock(start).rate == 0.0
+    fast = AcceleratedClock(start, 60.0)
+    assert fast.rate == 60.0
+    before = fast.now()
+    time.sleep(0.05)
+    assert (fast.now() - before).total_seconds() >= 0.05 * fast.rate

@@ -139,7 +139,8 @@ class RunAttempt(Base):
         sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
     )
     tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
-    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), index=True)
+    # No index of its own: uq_run_attempts_run_attempt leads with it.
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"))
     attempt: Mapped[int]
     worker: Mapped[str] = mapped_column(sa.String(255))
     host: Mapped[str] = mapped_column(sa.String(255))

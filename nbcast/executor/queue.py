@@ -4,13 +4,24 @@
 ordered by how far they are below their share (``active runs / share``, lowest
 first), so one tenant's backlog of 10,000 runs cannot starve another tenant's single
 run: the small tenant is at 0 active and goes first in the very next claim. For
-each tenant in that order the claim locks the tenant's row (``FOR UPDATE SKIP
-LOCKED`` on PostgreSQL — claims for one tenant are serialized, claims for different
-tenants proceed in parallel), recounts its active runs *under that lock*, and takes
-at most ``max_concurrent_runs - active`` runs with ``FOR UPDATE SKIP LOCKED``. So no
-number of concurrent workers can push a tenant past its concurrency quota. A run is
-skipped while a cancel has been requested for it, and a *serial* run (every overlap
-policy but ``allow``) while another run of its definition is leased or running.
+each tenant in that order the claim locks the tenant's row (``FOR NO KEY UPDATE
+SKIP LOCKED`` on PostgreSQL — claims for one tenant are serialized, claims for
+different tenants proceed in parallel), recounts its active runs *under that lock*,
+and takes at most ``max_concurrent_runs - active`` runs with ``FOR UPDATE SKIP
+LOCKED``. So no number of concurrent workers can push a tenant past its concurrency
+quota. A run is skipped while a cancel has been requested for it, and a *serial* run
+(every overlap policy but ``allow``) while another run of its definition is leased
+or running.
+
+On PostgreSQL the whole claim is one round trip: the server-side function
+``nbcast_claim_runs`` (migration 0004) runs the same steps statement by statement —
+each statement of a PL/pgSQL function takes a fresh snapshot, so the recount after
+the lock sees every committed claim — and returns the leases with everything a
+worker needs. SQLite (one writer at a time) runs them from Python. Both paths are
+tested by the same tests. The claim and the LEASED → RUNNING transition commit
+asynchronously on PostgreSQL: a server crash can only lose leases, and a lost lease
+is what fencing handles. A worker records the successes of one poll together
+(:meth:`RunQueue.succeed_many`, one durable transaction, each attempt fenced).
 
 **Lease and fencing.** Claiming sets ``state = LEASED``, ``lease_owner``,
 ``lease_expires_at`` and ``attempt = attempt + 1``, and inserts the attempt's row.
@@ -40,8 +51,9 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -54,13 +66,49 @@ from nbcast.errors import LeaseLostError
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.governance.models import Tenant
 
-__all__ = ["Lease", "Quota", "RunQueue", "backoff"]
+__all__ = ["Lease", "Quota", "RunQueue", "Success", "backoff"]
 
 _LIVE = (RunState.LEASED.value, RunState.RUNNING.value)
 # Core tables: the queue's writes are Core statements (no ORM unit of work or bulk
 # update bookkeeping on the hot path); the ORM models stay the schema's one source.
 _RUNS = cast(sa.Table, Run.__table__)
 _ATTEMPTS = cast(sa.Table, RunAttempt.__table__)
+_USAGE = cast(sa.Table, WarehouseUsage.__table__)
+# LEASED → RUNNING for many attempts at once, each fenced; returns those still held.
+# Committed asynchronously like the claim (migration 0004): losing it in a server
+# crash loses a lease, which fencing handles; set_config runs once, in FROM.
+_START_MANY = sa.text(
+    "UPDATE runs r SET state = 'RUNNING', started_at = :now "
+    "FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:owners AS text[])) "
+    "AS f(id, attempt, owner), (SELECT set_config('synchronous_commit', 'off', true)) AS s "
+    "WHERE r.id = f.id AND r.attempt = f.attempt AND r.lease_owner = f.owner "
+    "AND r.state IN ('LEASED', 'RUNNING') RETURNING r.id, r.attempt"
+).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
+# Many fenced successes at once: the runs, then the attempts of the runs that matched.
+_SUCCEED_MANY = sa.text(
+    "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
+    "CAST(:owners AS text[]), CAST(:artifacts AS text[]), CAST(:durations AS float8[]), "
+    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[])) "
+    "AS f(id, attempt, owner, artifact, duration, kernel_start, host)), "
+    "done AS (UPDATE runs r SET state = 'SUCCEEDED', finished_at = :now, "
+    "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, error = NULL, "
+    "reason = NULL FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
+    "AND r.lease_owner = f.owner AND r.state IN ('LEASED', 'RUNNING') "
+    "RETURNING r.id, r.attempt), "
+    "ended AS (UPDATE run_attempts a SET ended_at = :now, outcome = 'SUCCEEDED', error = NULL, "
+    "duration_s = f.duration, kernel_start_s = f.kernel_start, artifact_sha256 = f.artifact, "
+    "host = CASE WHEN f.host = '' THEN a.host ELSE f.host END "
+    "FROM f JOIN done d ON d.id = f.id AND d.attempt = f.attempt "
+    "WHERE a.run_id = f.id AND a.attempt = f.attempt) "
+    "SELECT id, attempt FROM done"
+).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
+_CLAIM_CALL = sa.text(
+    "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :month, :rate)"
+).bindparams(
+    sa.bindparam("now", type_=sa.DateTime(timezone=True)),
+    sa.bindparam("month", type_=sa.DateTime(timezone=True)),
+    sa.bindparam("lease", type_=sa.Interval()),
+)
 
 
 def backoff(
@@ -109,6 +157,19 @@ class Lease:
         return f"nbcast:{self.tenant}/{self.definition}@{self.slot_key or f'manual-{self.run_id}'}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Success:
+    """A successful attempt to record (:meth:`RunQueue.succeed_many`)."""
+
+    lease: Lease
+    artifact_sha256: str | None
+    duration_s: float
+    kernel_start_s: float | None = None
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    host: str = ""
+    """Where it actually ran (a Ray node), when not the claiming host."""
+
+
 @dataclass
 class ClaimStats:
     """What one claim did, for logs and tests."""
@@ -144,9 +205,11 @@ class RunQueue:
 
     # -- claiming ---------------------------------------------------------------
 
-    def _lock(self, query: Any) -> Any:
+    def _lock(self, query: Any, *, key_share: bool = False) -> Any:
+        """``FOR UPDATE SKIP LOCKED`` on PostgreSQL (``FOR NO KEY UPDATE`` with
+        ``key_share``, which does not block foreign-key checks against the row)."""
         if self.db.dialect == "postgresql":
-            return query.with_for_update(skip_locked=True)
+            return query.with_for_update(skip_locked=True, key_share=key_share)
         return query
 
     def claim(self, limit: int = 1) -> list[Lease]:
@@ -164,6 +227,8 @@ class RunQueue:
         if limit <= 0:
             return []
         now = self.clock.now()
+        if self.db.dialect == "postgresql":
+            return self._claim_on_server(limit, now, stats)
         with self.db.session() as session:
             rooms: dict[int, int] = {}
             tenants: dict[int, Tenant] = {}
@@ -172,7 +237,7 @@ class RunQueue:
                 if remaining <= 0:
                     break
                 locked = session.scalar(
-                    self._lock(sa.select(Tenant.id).where(Tenant.id == tenant.id))
+                    self._lock(sa.select(Tenant.id).where(Tenant.id == tenant.id), key_share=True)
                 )
                 if locked is None:
                     stats.skipped_tenants.append(tenant.name)
@@ -187,6 +252,63 @@ class RunQueue:
                 rooms[tenant.id], tenants[tenant.id] = take, tenant
                 remaining -= take
             leases = self._lease_runs(session, tenants, rooms, now) if rooms else []
+        stats.leased = len(leases)
+        return leases
+
+    def _claim_on_server(self, limit: int, now: datetime, stats: ClaimStats) -> list[Lease]:
+        """PostgreSQL: the same claim in one round trip, ``nbcast_claim_runs`` (migration
+        0004), which runs this class's algorithm statement by statement on the server."""
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        leases: list[Lease] = []
+        names: dict[int, str] = {}
+        with self.db.engine.begin() as conn:
+            rows = conn.execute(
+                _CLAIM_CALL,
+                {
+                    "owner": self.owner,
+                    "limit": limit,
+                    "now": now,
+                    "lease": self.lease,
+                    "host": self.host,
+                    "engine": self.engine,
+                    "month": month,
+                    "rate": self.clock.rate,
+                },
+            ).all()
+            if any(r.out_kind != "leased" for r in rows):
+                names = dict(conn.execute(sa.select(Tenant.id, Tenant.name)).tuples().all())
+        for r in rows:
+            if r.out_kind == "skipped":
+                stats.skipped_tenants.append(names.get(r.out_tenant_id, str(r.out_tenant_id)))
+            elif r.out_kind == "budget_failed":
+                stats.budget_failed += r.out_n
+            else:
+                leases.append(
+                    Lease(
+                        run_id=r.run_id,
+                        attempt=r.attempt,
+                        owner=self.owner,
+                        expires_at=r.out_expires_at.astimezone(UTC),
+                        tenant_id=r.out_tenant_id,
+                        tenant=r.tenant_name,
+                        definition_id=r.definition_id,
+                        definition=r.definition_name,
+                        version=r.version,
+                        slot_key=r.slot_key,
+                        kind=r.run_kind,
+                        fire_at=r.fire_at.astimezone(UTC),
+                        parameters=dict(r.parameters or {}),
+                        notebook_json=r.notebook_json,
+                        quota=Quota(
+                            max_concurrent_runs=r.max_concurrent_runs,
+                            cpus_per_run=r.cpus_per_run,
+                            memory_mb_per_run=r.memory_mb_per_run,
+                            run_timeout_s=r.run_timeout_s,
+                            max_attempts=r.max_attempts,
+                        ),
+                        warehouse=r.warehouse,
+                    )
+                )
         stats.leased = len(leases)
         return leases
 
@@ -419,14 +541,44 @@ class RunQueue:
             sa.update(_RUNS).where(self._fenced(lease)).values(**values)
         )
         if int(cast(Any, result).rowcount or 0) != 1:
-            raise LeaseLostError(
-                f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
-            )
+            raise _lost(lease)
 
     def start(self, lease: Lease) -> None:
-        """LEASED → RUNNING for this attempt."""
-        with self.db.session() as session:
-            self._update(session, lease, state=RunState.RUNNING.value, started_at=self.clock.now())
+        """LEASED → RUNNING for this attempt; LeaseLostError if it is no longer held."""
+        if not self.start_many([lease]):
+            raise _lost(lease)
+
+    def start_many(self, leases: Sequence[Lease]) -> list[Lease]:
+        """LEASED → RUNNING for several attempts in one transaction; return the ones
+        still held (a lease lost in the meantime is left out, not an error)."""
+        if not leases:
+            return []
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            if self.db.dialect == "postgresql":
+                held = {
+                    (r[0], r[1])
+                    for r in conn.execute(
+                        _START_MANY,
+                        {
+                            "ids": [lease.run_id for lease in leases],
+                            "attempts": [lease.attempt for lease in leases],
+                            "owners": [lease.owner for lease in leases],
+                            "now": now,
+                        },
+                    )
+                }
+                return [lease for lease in leases if (lease.run_id, lease.attempt) in held]
+            kept = []
+            for lease in leases:
+                result = conn.execute(
+                    sa.update(_RUNS)
+                    .where(self._fenced(lease))
+                    .values(state=RunState.RUNNING.value, started_at=now)
+                )
+                if int(cast(Any, result).rowcount or 0) == 1:
+                    kept.append(lease)
+            return kept
 
     def heartbeat(self, lease: Lease) -> bool:
         """Extend the lease; return True if a cancel was requested. LeaseLostError if lost."""
@@ -448,31 +600,80 @@ class RunQueue:
         host: str = "",
     ) -> None:
         """Record success (fenced), with the attempt and the warehouse figures."""
+        success = Success(
+            lease=lease,
+            artifact_sha256=artifact_sha256,
+            duration_s=duration_s,
+            kernel_start_s=kernel_start_s,
+            usage=usage or [],
+            host=host,
+        )
+        if self.succeed_many([success]):
+            raise _lost(lease)
+
+    def succeed_many(self, successes: Sequence[Success]) -> list[Success]:
+        """Record several successes in one transaction; return the ones refused
+        because their lease was lost (the others are recorded all the same).
+
+        Each is fenced exactly as a single success is. On PostgreSQL the runs and
+        their attempts are updated by one statement over arrays of the attempts'
+        figures; on SQLite, statement by statement in the one transaction.
+        """
+        if not successes:
+            return []
         now = self.clock.now()
-        with self.db.session() as session:
-            self._update(
-                session,
-                lease,
-                state=RunState.SUCCEEDED.value,
-                finished_at=now,
-                artifact_sha256=artifact_sha256,
-                lease_owner=None,
-                lease_expires_at=None,
-                error=None,
-                reason=None,
-            )
-            self._end_attempt(
-                session,
-                lease,
-                "SUCCEEDED",
-                now,
-                None,
-                duration_s,
-                kernel_start_s,
-                artifact_sha256,
-                host,
-            )
-            self._record_usage(session, lease, usage or [], now)
+        with self.db.engine.begin() as conn:
+            if self.db.dialect == "postgresql":
+                done = {
+                    (r[0], r[1])
+                    for r in conn.execute(
+                        _SUCCEED_MANY,
+                        {
+                            "ids": [s.lease.run_id for s in successes],
+                            "attempts": [s.lease.attempt for s in successes],
+                            "owners": [s.lease.owner for s in successes],
+                            "artifacts": [s.artifact_sha256 for s in successes],
+                            "durations": [s.duration_s for s in successes],
+                            "kernel_starts": [s.kernel_start_s for s in successes],
+                            "hosts": [s.host for s in successes],
+                            "now": now,
+                        },
+                    )
+                }
+            else:
+                done = set()
+                for s in successes:
+                    result = conn.execute(
+                        sa.update(_RUNS)
+                        .where(self._fenced(s.lease))
+                        .values(
+                            state=RunState.SUCCEEDED.value,
+                            finished_at=now,
+                            artifact_sha256=s.artifact_sha256,
+                            lease_owner=None,
+                            lease_expires_at=None,
+                            error=None,
+                            reason=None,
+                        )
+                    )
+                    if int(cast(Any, result).rowcount or 0) != 1:
+                        continue
+                    done.add((s.lease.run_id, s.lease.attempt))
+                    _end_attempt(
+                        conn,
+                        s.lease,
+                        "SUCCEEDED",
+                        now,
+                        None,
+                        s.duration_s,
+                        s.kernel_start_s,
+                        s.artifact_sha256,
+                        s.host,
+                    )
+            for s in successes:
+                if s.usage and (s.lease.run_id, s.lease.attempt) in done:
+                    _record_usage(conn, s.lease, s.usage, now)
+        return [s for s in successes if (s.lease.run_id, s.lease.attempt) not in done]
 
     def fail(
         self,
@@ -523,58 +724,12 @@ class RunQueue:
                     reason=reason,
                     artifact_sha256=artifact_sha256,
                 )
-            self._end_attempt(
-                session, lease, outcome.value, now, error, duration_s, None, artifact_sha256, host
+            conn = session.connection()
+            _end_attempt(
+                conn, lease, outcome.value, now, error, duration_s, None, artifact_sha256, host
             )
-            self._record_usage(session, lease, usage or [], now)
+            _record_usage(conn, lease, usage or [], now)
         return state
-
-    def _end_attempt(
-        self,
-        session: Session,
-        lease: Lease,
-        outcome: str,
-        now: datetime,
-        error: dict[str, Any] | None,
-        duration_s: float | None,
-        kernel_start_s: float | None,
-        artifact_sha256: str | None,
-        host: str = "",
-    ) -> None:
-        values: dict[str, Any] = {
-            "ended_at": now,
-            "outcome": outcome,
-            "error": error,
-            "duration_s": duration_s,
-            "kernel_start_s": kernel_start_s,
-            "artifact_sha256": artifact_sha256,
-        }
-        if host:  # where it actually ran (a Ray node), when not the claiming host
-            values["host"] = host
-        session.connection().execute(
-            sa.update(_ATTEMPTS)
-            .where(RunAttempt.run_id == lease.run_id, RunAttempt.attempt == lease.attempt)
-            .values(**values)
-        )
-
-    def _record_usage(
-        self, session: Session, lease: Lease, usage: list[dict[str, Any]], now: datetime
-    ) -> None:
-        for item in usage:
-            session.add(
-                WarehouseUsage(
-                    tenant_id=lease.tenant_id,
-                    run_id=lease.run_id,
-                    attempt=lease.attempt,
-                    connection=str(item.get("connection", "default")),
-                    sql_sha256=str(item.get("sql_sha256", "")),
-                    rows=int(item.get("rows", 0)),
-                    bytes=int(item.get("bytes", 0)),
-                    seconds=float(item.get("seconds", 0.0)),
-                    error=item.get("error"),
-                    recorded_at=now,
-                )
-            )
 
     # -- housekeeping -----------------------------------------------------------
 
@@ -638,3 +793,62 @@ class RunQueue:
                 .values(state=RunState.CANCELLED.value, reason="cancelled", finished_at=now)
             )
             return int(cast(Any, result).rowcount or 0)
+
+
+def _lost(lease: Lease) -> LeaseLostError:
+    return LeaseLostError(
+        f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
+    )
+
+
+def _end_attempt(
+    conn: sa.Connection,
+    lease: Lease,
+    outcome: str,
+    now: datetime,
+    error: dict[str, Any] | None,
+    duration_s: float | None,
+    kernel_start_s: float | None,
+    artifact_sha256: str | None,
+    host: str = "",
+) -> None:
+    values: dict[str, Any] = {
+        "ended_at": now,
+        "outcome": outcome,
+        "error": error,
+        "duration_s": duration_s,
+        "kernel_start_s": kernel_start_s,
+        "artifact_sha256": artifact_sha256,
+    }
+    if host:  # where it actually ran (a Ray node), when not the claiming host
+        values["host"] = host
+    conn.execute(
+        sa.update(_ATTEMPTS)
+        .where(RunAttempt.run_id == lease.run_id, RunAttempt.attempt == lease.attempt)
+        .values(**values)
+    )
+
+
+def _record_usage(
+    conn: sa.Connection, lease: Lease, usage: list[dict[str, Any]], now: datetime
+) -> None:
+    if not usage:
+        return
+    conn.execute(
+        sa.insert(_USAGE),
+        [
+            {
+                "tenant_id": lease.tenant_id,
+                "run_id": lease.run_id,
+                "attempt": lease.attempt,
+                "connection": str(item.get("connection", "default")),
+                "sql_sha256": str(item.get("sql_sha256", "")),
+                "rows": int(item.get("rows", 0)),
+                "bytes": int(item.get("bytes", 0)),
+                "seconds": float(item.get("seconds", 0.0)),
+                "error": item.get("error"),
+                "recorded_at": now,
+            }
+            for item in usage
+        ],
+    )

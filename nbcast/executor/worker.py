@@ -35,7 +35,7 @@ from nbcast.errors import LeaseLostError
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import Run, RunState
-from nbcast.executor.queue import Lease, RunQueue
+from nbcast.executor.queue import Lease, RunQueue, Success
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -97,6 +97,8 @@ class Worker:
         )
         self.stats = WorkerStats()
         self._in_flight: dict[tuple[int, int], _InFlight] = {}
+        # Outcomes the database could not take yet (it was away): recorded next step.
+        self._unrecorded: list[tuple[int, int, AttemptOutcome]] = []
         self._draining = threading.Event()
         self._stop = threading.Event()
 
@@ -177,7 +179,8 @@ class Worker:
         if free > 0 and not self._draining.is_set():
             claimed = self._claim(free)
         self._heartbeats()
-        self._record(self.engine.poll())
+        unrecorded, self._unrecorded = self._unrecorded, []
+        self._record(unrecorded + self.engine.poll())
         return claimed
 
     def _claim(self, free: int) -> int:
@@ -186,11 +189,12 @@ class Worker:
         except Exception as exc:
             log.warning("claim failed: %s", exc)
             return 0
+        try:
+            leases = self.queue.start_many(leases)  # one transaction for the batch
+        except Exception as exc:  # their leases expire and the reaper requeues them
+            log.warning("could not start %d claimed runs: %s", len(leases), exc)
+            return 0
         for lease in leases:
-            try:
-                self.queue.start(lease)
-            except LeaseLostError:
-                continue
             job = AttemptJob(
                 run_id=lease.run_id,
                 attempt=lease.attempt,
@@ -236,49 +240,82 @@ class Worker:
                 log.warning("heartbeat of run %d failed: %s", key[0], exc)
 
     def _record(self, ended: list[tuple[int, int, AttemptOutcome]]) -> None:
+        """Record what ended: the successes of one poll in one transaction
+        (:meth:`RunQueue.succeed_many`), every other outcome on its own."""
+        successes: list[Success] = []
+        outcomes_by_key = {(run_id, attempt): outcome for run_id, attempt, outcome in ended}
         for run_id, attempt, outcome in ended:
             flight = self._in_flight.pop((run_id, attempt), None)
             if flight is None:
                 continue
             lease = flight.lease
-            try:
-                if outcome.state is RunState.SUCCEEDED:
-                    self.queue.succeed(
-                        lease,
+            if outcome.state is RunState.SUCCEEDED:
+                successes.append(
+                    Success(
+                        lease=lease,
                         artifact_sha256=outcome.artifact_sha256,
                         duration_s=outcome.duration_s,
                         kernel_start_s=outcome.kernel_start_s,
                         usage=outcome.usage,
                         host=outcome.host,
                     )
-                    self.stats.succeeded += 1
-                else:
-                    self.queue.fail(
-                        lease,
-                        outcome.error or {},
-                        outcome=outcome.state,
-                        duration_s=outcome.duration_s,
-                        artifact_sha256=outcome.artifact_sha256,
-                        usage=outcome.usage,
-                        host=outcome.host,
-                    )
-                    self.stats.failed += 1
-                self.stats.outcomes.append((run_id, attempt, outcome.state.value))
-                log.info(
-                    "run %d attempt %d: %s in %.2fs",
-                    run_id,
-                    attempt,
-                    outcome.state.value,
-                    outcome.duration_s,
+                )
+                continue
+            try:
+                self.queue.fail(
+                    lease,
+                    outcome.error or {},
+                    outcome=outcome.state,
+                    duration_s=outcome.duration_s,
+                    artifact_sha256=outcome.artifact_sha256,
+                    usage=outcome.usage,
+                    host=outcome.host,
                 )
             except LeaseLostError:
-                self.stats.rejected += 1
-                log.warning(
-                    "run %d attempt %d ended %s after its lease was lost; the outcome is refused",
-                    run_id,
-                    attempt,
-                    outcome.state.value,
-                )
+                self._refused(run_id, attempt, outcome)
+                continue
+            self._recorded(run_id, attempt, outcome)
+            self.stats.failed += 1
+        if not successes:
+            return
+        try:
+            refused = {
+                (s.lease.run_id, s.lease.attempt) for s in self.queue.succeed_many(successes)
+            }
+        except Exception as exc:  # the database is away: keep the outcomes, retry next step
+            log.warning("could not record %d successes yet: %s", len(successes), exc)
+            for s in successes:
+                key = (s.lease.run_id, s.lease.attempt)
+                self._in_flight[key] = _InFlight(s.lease, time.monotonic())  # heartbeat it
+                self._unrecorded.append((*key, outcomes_by_key[key]))
+            return
+        for s in successes:
+            key = (s.lease.run_id, s.lease.attempt)
+            outcome = outcomes_by_key[key]
+            if key in refused:
+                self._refused(*key, outcome)
+            else:
+                self._recorded(*key, outcome)
+                self.stats.succeeded += 1
+
+    def _recorded(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+        self.stats.outcomes.append((run_id, attempt, outcome.state.value))
+        log.info(
+            "run %d attempt %d: %s in %.2fs",
+            run_id,
+            attempt,
+            outcome.state.value,
+            outcome.duration_s,
+        )
+
+    def _refused(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+        self.stats.rejected += 1
+        log.warning(
+            "run %d attempt %d ended %s after its lease was lost; the outcome is refused",
+            run_id,
+            attempt,
+            outcome.state.value,
+        )
 
 
 def default_work_dir(home: Path) -> str:

@@ -14,7 +14,7 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import LeaseLostError
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
-from nbcast.executor.queue import RunQueue, backoff
+from nbcast.executor.queue import RunQueue, Success, backoff
 from nbcast.governance.models import Tenant
 from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
@@ -103,6 +103,66 @@ def test_a_late_completion_from_a_lost_attempt_is_rejected(db: Database, tmp_pat
         ).all()
     assert [tuple(o) for o in outcomes] == [(1, "LOST"), (2, "SUCCEEDED")]
     assert states(db)[run_id] == ("SUCCEEDED", 2)
+
+
+def test_batched_start_and_success_fence_each_attempt(db: Database, tmp_path: Path) -> None:
+    """A batch where one lease was lost: that one is left out (start) or refused
+    (success), and every other attempt in the batch is recorded."""
+    run_ids = setup_tenant(db, tmp_path, "default", 3)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    queue = RunQueue(db, clock, owner="w", lease_seconds=10, backoff_base=0.0)
+    leases = queue.claim(3)
+    assert sorted(lease.run_id for lease in leases) == run_ids
+    thief = RunQueue(db, clock, owner="thief", backoff_base=0.0)
+    with db.session() as session:  # the first run's lease expires and is taken over
+        session.execute(
+            sa.update(Run)
+            .where(Run.id == leases[0].run_id)
+            .values(lease_expires_at=T0 - timedelta(minutes=1))
+        )
+    assert thief.reap() == 1
+    [stolen] = thief.claim(1)
+    assert (stolen.run_id, stolen.attempt) == (leases[0].run_id, 2)
+    started = queue.start_many(leases)
+    assert started == leases[1:]
+    thief.start(stolen)
+    refused = queue.succeed_many(
+        [Success(lease=lease, artifact_sha256="c" * 64, duration_s=0.5) for lease in leases]
+    )
+    assert [s.lease for s in refused] == leases[:1]
+    assert {r: states(db)[r] for r in run_ids} == {
+        leases[0].run_id: ("RUNNING", 2),
+        leases[1].run_id: ("SUCCEEDED", 1),
+        leases[2].run_id: ("SUCCEEDED", 1),
+    }
+    with db.session() as session:
+        attempts = {
+            (a.run_id, a.attempt): (a.outcome, a.artifact_sha256, a.duration_s)
+            for a in session.scalars(sa.select(RunAttempt))
+        }
+    assert attempts == {
+        (leases[0].run_id, 1): ("LOST", None, None),
+        (leases[0].run_id, 2): (None, None, None),
+        (leases[1].run_id, 1): ("SUCCEEDED", "c" * 64, 0.5),
+        (leases[2].run_id, 1): ("SUCCEEDED", "c" * 64, 0.5),
+    }
+    assert queue.start_many([]) == []
+    assert queue.succeed_many([]) == []
+
+
+def test_a_lease_records_when_it_was_granted(db: Database, tmp_path: Path) -> None:
+    """The lease's start and expiry follow the queue's clock, on both back ends."""
+    setup_tenant(db, tmp_path, "default", 1)
+    clock = FixedClock(T0 + timedelta(seconds=5))
+    [lease] = RunQueue(db, clock, owner="w", lease_seconds=12).claim()
+    assert lease.expires_at == T0 + timedelta(seconds=17)
+    with db.session() as session:
+        attempt = session.scalar(sa.select(RunAttempt))
+        run = session.get(Run, lease.run_id)
+    assert attempt is not None
+    assert attempt.started_at == T0 + timedelta(seconds=5)
+    assert run is not None
+    assert run.lease_expires_at == lease.expires_at
 
 
 def test_concurrency_quota_is_never_exceeded(db: Database, tmp_path: Path) -> None:

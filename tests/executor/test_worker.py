@@ -132,3 +132,51 @@ def test_a_variable_of_one_run_is_not_visible_to_the_next(db: Database, tmp_path
         worker.run(exit_when_idle=True)
     assert run_state(db, first).state == "SUCCEEDED"
     assert run_state(db, second).state == "SUCCEEDED"
+
+
+def test_an_outcome_survives_a_database_outage(tmp_path: Path) -> None:
+    """The database refuses connections just as a run ends: the worker keeps the
+    outcome (and the lease), and records it once the database is back."""
+    from tests.conftest import PG_ADMIN_URL, scratch_pg_database
+
+    with scratch_pg_database("nbcast_outage") as url:
+        db = Database.open(url)
+        name = sa.engine.make_url(url).database
+        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+        def connections(allow: bool) -> None:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {allow}'))
+                if not allow:
+                    conn.execute(
+                        sa.text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = :n AND pid <> pg_backend_pid()"
+                        ),
+                        {"n": name},
+                    )
+
+        try:
+            define(db, tmp_path, "square", "result = n * n")
+            run_id = run_now(db, SystemClock(), "default", "square", {"n": 3})
+            with LocalEngine(capacity=1, pool_size=0) as engine:
+                worker = make_worker(db, tmp_path, engine, lease_seconds=60.0)
+                assert worker._claim(1) == 1
+                ended = []
+                while not ended:  # wait for the engine, not recording anything yet
+                    ended = engine.poll()
+                connections(allow=False)
+                worker._record(ended)  # the database is away: nothing is lost
+                assert worker.stats.succeeded == 0
+                assert worker.busy == 1
+                connections(allow=True)
+                worker.step()
+                assert worker.stats.succeeded == 1
+                assert worker.busy == 0
+            run = run_state(db, run_id)
+            assert (run.state, run.attempt) == ("SUCCEEDED", 1)
+            assert [a.outcome for a in attempts(db, run_id)] == ["SUCCEEDED"]
+        finally:
+            connections(allow=True)
+            admin.dispose()
+            db.dispose()
