@@ -312,7 +312,7 @@ def export(app: AppContext, name: str, number: int | None, output: Path) -> None
 
 
 def _register_commands() -> None:
-    from nbcast import cli_executor, cli_scheduler  # noqa: F401  (add their commands)
+    from nbcast import cli_delivery, cli_executor, cli_scheduler  # noqa: F401  (add their commands)
 
 
 _register_commands()

@@ -87,6 +87,7 @@ class Base(DeclarativeBase):
 def _import_models() -> None:
     """Import every plane's models so ``Base.metadata`` knows all tables."""
     import nbcast.definitions.models
+    import nbcast.delivery.models
     import nbcast.executor.models
     import nbcast.governance.models
     import nbcast.scheduler.models  # noqa: F401

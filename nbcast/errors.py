@@ -19,7 +19,14 @@
     │   ├── RunTimeoutError          the run exceeded its time limit
     │   ├── RunCancelledError        the run was cancelled while it executed
     │   └── LeaseLostError           this attempt no longer holds the run (fencing)
-    └── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
+    ├── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
+    └── DeliveryError                a report could not be rendered or delivered
+        ├── RenderError              a renderer could not produce its format
+        ├── ChannelError             a channel could not send
+        │   ├── TransientChannelError    worth retrying (``retry_after`` if the peer said)
+        │   ├── PermanentChannelError    not worth retrying (bad address, refused for good)
+        │   └── OutcomeUnknownError      the send may have arrived (timeout after sending)
+        └── LinkError                a signed link is malformed, forged, expired or revoked
 
 Every exception is a plain ``Exception`` subclass whose constructor arguments are kept
 in ``args``, so each one pickles and unpickles to an equal exception: Ray ships them
@@ -33,23 +40,30 @@ User-facing commands print ``str(error)`` on one line and exit with status 2 for
 from __future__ import annotations
 
 __all__ = [
+    "ChannelError",
     "ConfigError",
     "DefinitionError",
+    "DeliveryError",
     "DuplicateDefinitionError",
     "ExecutionError",
     "LeaseLostError",
+    "LinkError",
     "MetadataError",
     "NbcastError",
     "NotebookError",
     "NotebookExecutionError",
+    "OutcomeUnknownError",
     "ParameterValueError",
     "ParametersCellError",
+    "PermanentChannelError",
     "QueryLimitExceeded",
+    "RenderError",
     "RunCancelledError",
     "RunTimeoutError",
     "ScheduleError",
     "SchedulerLockedError",
     "StorageError",
+    "TransientChannelError",
     "UnknownDefinitionError",
 ]
 
@@ -179,3 +193,44 @@ class QueryLimitExceeded(NbcastError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class DeliveryError(NbcastError):
+    """A report could not be rendered or delivered."""
+
+
+class RenderError(DeliveryError):
+    """A renderer could not produce its format from the executed notebook."""
+
+
+class ChannelError(DeliveryError):
+    """A channel could not send a delivery."""
+
+
+class TransientChannelError(ChannelError):
+    """The send failed in a way worth retrying (a 4xx/5xx SMTP reply, HTTP 429/5xx).
+
+    ``retry_after`` is the wait in seconds the peer asked for (``Retry-After``), or None.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after)
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class PermanentChannelError(ChannelError):
+    """The send was refused for good (an unknown mailbox, a channel that does not
+    exist): retrying would not help; the delivery fails at once."""
+
+
+class OutcomeUnknownError(ChannelError):
+    """The send may or may not have arrived (the peer timed out after accepting the
+    request). The ledger asks the channel to check before sending again."""
+
+
+class LinkError(DeliveryError):
+    """A signed link is malformed, forged, expired or revoked."""

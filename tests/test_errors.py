@@ -31,6 +31,13 @@ SAMPLES: dict[str, errors.NbcastError] = {
     "RunCancelledError": errors.RunCancelledError("cancelled by ana"),
     "LeaseLostError": errors.LeaseLostError("run 7 attempt 2"),
     "QueryLimitExceeded": errors.QueryLimitExceeded("rows", 1000, "1,001 rows > 1,000"),
+    "DeliveryError": errors.DeliveryError("delivery 4 failed"),
+    "RenderError": errors.RenderError("pdf: the notebook has no cells"),
+    "ChannelError": errors.ChannelError("email: connection refused"),
+    "TransientChannelError": errors.TransientChannelError("slack: 429", 30.0),
+    "PermanentChannelError": errors.PermanentChannelError("550 no such mailbox"),
+    "OutcomeUnknownError": errors.OutcomeUnknownError("slack: read timed out"),
+    "LinkError": errors.LinkError("the link has expired"),
 }
 
 

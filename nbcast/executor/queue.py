@@ -60,11 +60,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
-from nbcast.db import Database
+from nbcast.db import Database, insert_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.delivery.models import OutboxRow
 from nbcast.errors import LeaseLostError
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.governance.models import Tenant
+from nbcast.retry import backoff
 
 __all__ = ["Lease", "Quota", "RunQueue", "Success", "backoff"]
 
@@ -74,6 +76,7 @@ _LIVE = (RunState.LEASED.value, RunState.RUNNING.value)
 _RUNS = cast(sa.Table, Run.__table__)
 _ATTEMPTS = cast(sa.Table, RunAttempt.__table__)
 _USAGE = cast(sa.Table, WarehouseUsage.__table__)
+_OUTBOX = cast(sa.Table, OutboxRow.__table__)
 # LEASED → RUNNING for many attempts at once, each fenced; returns those still held.
 # Committed asynchronously like the claim (migration 0004): losing it in a server
 # crash loses a lease, which fencing handles; set_config runs once, in FROM.
@@ -84,7 +87,8 @@ _START_MANY = sa.text(
     "WHERE r.id = f.id AND r.attempt = f.attempt AND r.lease_owner = f.owner "
     "AND r.state IN ('LEASED', 'RUNNING') RETURNING r.id, r.attempt"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
-# Many fenced successes at once: the runs, then the attempts of the runs that matched.
+# Many fenced successes at once: the runs, then the attempts of the runs that matched,
+# and the outbox rows that hand each succeeded run to the delivery plane.
 _SUCCEED_MANY = sa.text(
     "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
     "CAST(:owners AS text[]), CAST(:artifacts AS text[]), CAST(:durations AS float8[]), "
@@ -94,7 +98,9 @@ _SUCCEED_MANY = sa.text(
     "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, error = NULL, "
     "reason = NULL FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
     "AND r.lease_owner = f.owner AND r.state IN ('LEASED', 'RUNNING') "
-    "RETURNING r.id, r.attempt), "
+    "RETURNING r.id, r.attempt, r.tenant_id), "
+    "handed AS (INSERT INTO delivery_outbox (tenant_id, run_id, created_at) "
+    "SELECT tenant_id, id, :now FROM done ON CONFLICT (run_id) DO NOTHING), "
     "ended AS (UPDATE run_attempts a SET ended_at = :now, outcome = 'SUCCEEDED', error = NULL, "
     "duration_s = f.duration, kernel_start_s = f.kernel_start, artifact_sha256 = f.artifact, "
     "host = CASE WHEN f.host = '' THEN a.host ELSE f.host END "
@@ -109,14 +115,6 @@ _CLAIM_CALL = sa.text(
     sa.bindparam("month", type_=sa.DateTime(timezone=True)),
     sa.bindparam("lease", type_=sa.Interval()),
 )
-
-
-def backoff(
-    attempt: int, *, base: float = 30.0, cap: float = 3600.0, rng: random.Random | None = None
-) -> timedelta:
-    """Exponential backoff with full jitter before attempt ``attempt + 1``."""
-    ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
-    return timedelta(seconds=(rng or random).uniform(0, ceiling))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -659,6 +657,8 @@ class RunQueue:
                     if int(cast(Any, result).rowcount or 0) != 1:
                         continue
                     done.add((s.lease.run_id, s.lease.attempt))
+                    outbox = {"tenant_id": s.lease.tenant_id, "run_id": s.lease.run_id}
+                    conn.execute(insert_ignore(_OUTBOX, [{**outbox, "created_at": now}], "sqlite"))
                     _end_attempt(
                         conn,
                         s.lease,

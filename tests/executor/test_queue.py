@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
+from nbcast.delivery.models import OutboxRow
 from nbcast.errors import LeaseLostError
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.executor.queue import RunQueue, Success, backoff
@@ -146,6 +147,9 @@ def test_batched_start_and_success_fence_each_attempt(db: Database, tmp_path: Pa
         (leases[1].run_id, 1): ("SUCCEEDED", "c" * 64, 0.5),
         (leases[2].run_id, 1): ("SUCCEEDED", "c" * 64, 0.5),
     }
+    with db.session() as session:  # handed to the delivery plane in the same transaction
+        handed = set(session.scalars(sa.select(OutboxRow.run_id)))
+    assert handed == {leases[1].run_id, leases[2].run_id}
     assert queue.start_many([]) == []
     assert queue.succeed_many([]) == []
 

@@ -172,12 +172,27 @@ def upgrade() -> None:
         # An attempt row is written twice (opened at the claim, closed at the end);
         # free space on its page lets the second write be a HOT update.
         op.execute("ALTER TABLE run_attempts SET (fillfactor = 70)")
+        # runs is a queue: every claim and completion leaves dead index entries that
+        # the quota count and the queue scan step over until VACUUM removes them, so
+        # autovacuum should visit it after a small fraction of churn, at full speed.
+        for table in ("runs", "run_attempts"):
+            op.execute(
+                f"ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0.01, "
+                "autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0, "
+                "autovacuum_analyze_scale_factor = 0.02)"
+            )
 
 
 def downgrade() -> None:
     op.create_index("ix_run_attempts_run_id", "run_attempts", ["run_id"])
     if op.get_bind().dialect.name == "postgresql":
         op.execute("ALTER TABLE run_attempts RESET (fillfactor)")
+        for table in ("runs", "run_attempts"):
+            op.execute(
+                f"ALTER TABLE {table} RESET (autovacuum_vacuum_scale_factor, "
+                "autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay, "
+                "autovacuum_analyze_scale_factor)"
+            )
         op.execute(
             "DROP FUNCTION IF EXISTS nbcast_claim_runs"
             "(text, integer, timestamptz, interval, text, text, timestamptz, double precision)"

@@ -1,0 +1,117 @@
+"""Outbox intake: succeeded runs become renditions and ledger rows.
+
+The executor inserts one ``delivery_outbox`` row in the transaction that ends a run
+successfully. Intake reads unconsumed rows (``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, so several delivery workers share them), and for each run, from the
+pinned version's ``nbcast`` block:
+
+- one rendition per format in ``outputs`` (``renditions``, unique per run and format);
+- one ledger row per subscription (``deliveries``, unique per run, channel and
+  recipient), PENDING.
+
+Both inserts are ``ON CONFLICT DO NOTHING`` and the outbox row is marked consumed in
+the same transaction, so replaying an outbox row — a crash before the commit, a row
+consumed twice by mistake — adds nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.db import insert_ignore
+from nbcast.definitions.models import DefinitionVersion
+from nbcast.definitions.parameters import schema_from_json
+from nbcast.definitions.spec import ReportSpec, parse_spec
+from nbcast.delivery.models import Delivery, OutboxRow, Rendition
+from nbcast.executor.models import Run
+
+__all__ = ["consume_outbox", "spec_of"]
+
+
+def spec_of(
+    session: Session, version_id: int, cache: dict[int, ReportSpec] | None = None
+) -> ReportSpec:
+    """The parsed ``nbcast`` block of a definition version."""
+    if cache is not None and version_id in cache:
+        return cache[version_id]
+    row = session.execute(
+        sa.select(DefinitionVersion.spec, DefinitionVersion.parameter_schema).where(
+            DefinitionVersion.id == version_id
+        )
+    ).one()
+    spec = parse_spec(row.spec, schema_from_json(row.parameter_schema))
+    if cache is not None:
+        cache[version_id] = spec
+    return spec
+
+
+def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
+    """Turn up to ``limit`` unconsumed outbox rows into renditions and ledger rows;
+    return how many were consumed."""
+    query = (
+        sa.select(OutboxRow.id, OutboxRow.run_id)
+        .where(OutboxRow.consumed_at.is_(None))
+        .order_by(OutboxRow.id)
+        .limit(limit)
+    )
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    rows = session.execute(query).all()
+    if not rows:
+        return 0
+    runs = session.execute(
+        sa.select(Run.id, Run.tenant_id, Run.definition_id, Run.version_id, Run.fire_at).where(
+            Run.id.in_([r.run_id for r in rows])
+        )
+    ).all()
+    cache: dict[int, ReportSpec] = {}
+    renditions: list[dict[str, Any]] = []
+    deliveries: list[dict[str, Any]] = []
+    for run in runs:
+        spec = spec_of(session, run.version_id, cache)
+        for fmt in spec.outputs:
+            renditions.append(
+                {
+                    "tenant_id": run.tenant_id,
+                    "run_id": run.id,
+                    "format": fmt.value,
+                    "variant": "",
+                    "state": "PENDING",
+                    "attempt": 0,
+                    "created_at": now,
+                }
+            )
+        for sub in spec.subscriptions:
+            deliveries.append(
+                {
+                    "tenant_id": run.tenant_id,
+                    "run_id": run.id,
+                    "definition_id": run.definition_id,
+                    "channel": sub.channel,
+                    "recipient": sub.to,
+                    "formats": [f.value for f in sub.formats],
+                    "only_if": sub.only_if,
+                    "fire_at": run.fire_at,
+                    "state": "PENDING",
+                    "attempt": 0,
+                    "retry_base": 0,
+                    "not_before": now,
+                    "outcome_unknown": False,
+                    "possible_duplicate": False,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+            )
+    if renditions:
+        session.execute(insert_ignore(Rendition, renditions, dialect))
+    if deliveries:
+        session.execute(insert_ignore(Delivery, deliveries, dialect))
+    session.execute(
+        sa.update(OutboxRow).where(OutboxRow.id.in_([r.id for r in rows])).values(consumed_at=now)
+    )
+    return len(rows)

@@ -1,0 +1,104 @@
+"""Signed, expiring, revocable links to rendered reports.
+
+A link is a row in ``signed_links`` (what it points to, for whom, until when, whether
+revoked) and a token that names the row, signed with :class:`~nbcast.delivery.signing.Signer`
+(purpose ``link``). :func:`verify_link` accepts a token only when its signature
+verifies with a configured key, the row exists and matches the token, it has not
+expired and it has not been revoked — each failure a
+:class:`~nbcast.errors.LinkError` saying which. The URL is
+``<base URL>/nbcast/links/<token>``; the endpoint that serves it (and audits every
+open) belongs to the server extension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.delivery.models import SignedLink
+from nbcast.delivery.signing import Signer
+from nbcast.errors import LinkError
+
+__all__ = ["IssuedLink", "create_link", "link_url", "revoke_link", "verify_link"]
+
+PURPOSE = "link"
+
+
+@dataclass(frozen=True)
+class IssuedLink:
+    """A link just made: its row id, token and URL."""
+
+    id: int
+    token: str
+    url: str
+    expires_at: datetime
+
+
+def link_url(base_url: str, token: str) -> str:
+    """Where a link's token is served."""
+    return f"{base_url.rstrip('/')}/nbcast/links/{token}"
+
+
+def create_link(
+    session: Session,
+    signer: Signer,
+    *,
+    tenant_id: int,
+    run_id: int,
+    recipient: str,
+    sha256: str,
+    filename: str,
+    media_type: str,
+    now: datetime,
+    ttl: timedelta,
+    base_url: str,
+    delivery_id: int | None = None,
+) -> IssuedLink:
+    """Record a link to the artifact ``sha256`` for ``recipient``, valid for ``ttl``."""
+    if ttl <= timedelta(0):
+        raise LinkError("a link needs a positive lifetime")
+    row = SignedLink(
+        tenant_id=tenant_id,
+        run_id=run_id,
+        delivery_id=delivery_id,
+        recipient=recipient,
+        sha256=sha256,
+        filename=filename,
+        media_type=media_type,
+        key_id=signer.current,
+        created_at=now,
+        expires_at=now + ttl,
+    )
+    session.add(row)
+    session.flush()
+    token = signer.sign({"l": row.id, "a": sha256[:16]}, purpose=PURPOSE)
+    return IssuedLink(row.id, token, link_url(base_url, token), row.expires_at)
+
+
+def verify_link(session: Session, signer: Signer, token: str, now: datetime) -> SignedLink:
+    """The link ``token`` names, if it may be opened now (module docstring)."""
+    payload = signer.verify(token, purpose=PURPOSE)
+    link_id, digest = payload.get("l"), payload.get("a")
+    if not isinstance(link_id, int) or not isinstance(digest, str):
+        raise LinkError("malformed token")
+    row = session.get(SignedLink, link_id)
+    if row is None or not row.sha256.startswith(digest):
+        raise LinkError("the link does not exist")
+    if row.revoked_at is not None:
+        raise LinkError("the link has been revoked")
+    if now >= row.expires_at:
+        raise LinkError("the link has expired")
+    return row
+
+
+def revoke_link(session: Session, link_id: int, now: datetime) -> bool:
+    """Revoke a link; False if there is no such link or it was already revoked."""
+    result = session.execute(
+        sa.update(SignedLink)
+        .where(SignedLink.id == link_id, SignedLink.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return bool(getattr(result, "rowcount", 0))

@@ -1,0 +1,230 @@
+"""The delivery plane's tables: the outbox, renditions, the ledger, and what recipients
+asked for (unsubscribes) or were given (signed links).
+
+Ownership: the executor *inserts* an outbox row in the transaction that ends a run
+successfully; every other write here is the delivery plane's, and the delivery plane
+never writes the scheduler's or the executor's tables.
+
+- ``delivery_outbox``: one row per succeeded run (unique ``run_id``), consumed once
+  (``consumed_at``) into renditions and ledger rows — idempotently, so a replayed
+  outbox row adds nothing.
+- ``renditions``: one row per (run, format, variant) to render — ``variant`` is
+  ``""`` or ``"late"`` (with the staleness banner) — and, once rendered, the sha256
+  of the bytes in the artifact store.
+- ``deliveries``: the ledger, one row per (run, channel, recipient), unique on that
+  triple. ``PENDING → SENDING → SENT | FAILED | SUPPRESSED``; ``attempt`` counts
+  sends, ``possible_duplicate`` is set when a send had to be repeated without being
+  able to check whether the earlier one arrived.
+- ``delivery_attempts``: every attempt at a delivery, with the channel's answer:
+  the auditable evidence.
+- ``unsubscriptions``: a recipient's opt-out of one report (``scope`` = the
+  definition's name) or of all the tenant's reports (``scope = "*"``) on a channel.
+- ``signed_links``: links handed out by the ``link`` channel, so they can expire and
+  be revoked.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from nbcast.db import Base, JSONType, utcnow
+
+__all__ = [
+    "Delivery",
+    "DeliveryAttempt",
+    "DeliveryState",
+    "OutboxRow",
+    "Rendition",
+    "RenditionState",
+    "SignedLink",
+    "Unsubscription",
+]
+
+_BIGINT = sa.BigInteger().with_variant(sa.Integer, "sqlite")
+
+
+class DeliveryState(StrEnum):
+    """Where a ledger row is."""
+
+    PENDING = "PENDING"
+    SENDING = "SENDING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+    SUPPRESSED = "SUPPRESSED"
+
+
+class RenditionState(StrEnum):
+    """Where a rendition is."""
+
+    PENDING = "PENDING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class OutboxRow(Base):
+    """A succeeded run handed to the delivery plane (inserted by the executor)."""
+
+    __tablename__ = "delivery_outbox"
+    __table_args__ = (
+        sa.Index(
+            "ix_delivery_outbox_pending",
+            "id",
+            postgresql_where=sa.text("consumed_at IS NULL"),
+            sqlite_where=sa.text("consumed_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    consumed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Rendition(Base):
+    """One format of one run, to render or rendered."""
+
+    __tablename__ = "renditions"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "format", "variant", name="uq_renditions_run_format"),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"))
+    format: Mapped[str] = mapped_column(sa.String(16))
+    variant: Mapped[str] = mapped_column(sa.String(16), default="")
+    state: Mapped[str] = mapped_column(sa.String(16), default=RenditionState.PENDING.value)
+    attempt: Mapped[int] = mapped_column(default=0)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    """While rendering: until when the renderer holds it. After a failed attempt: when
+    it may be tried again."""
+    sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
+    size: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
+    filename: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    media_type: Mapped[str | None] = mapped_column(sa.String(128), default=None)
+    seconds: Mapped[float | None] = mapped_column(default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    rendered_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Delivery(Base):
+    """The ledger: one report run to one recipient over one channel."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "channel", "recipient", name="uq_deliveries_run_recipient"),
+        sa.Index(
+            "ix_deliveries_due",
+            "not_before",
+            "id",
+            postgresql_where=sa.text("state = 'PENDING'"),
+            sqlite_where=sa.text("state = 'PENDING'"),
+        ),
+        sa.Index(
+            "ix_deliveries_sending",
+            "lease_expires_at",
+            postgresql_where=sa.text("state = 'SENDING'"),
+            sqlite_where=sa.text("state = 'SENDING'"),
+        ),
+        sa.Index("ix_deliveries_recipient", "definition_id", "channel", "recipient", "fire_at"),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), index=True)
+    definition_id: Mapped[int] = mapped_column(sa.ForeignKey("report_definitions.id"))
+    channel: Mapped[str] = mapped_column(sa.String(32))
+    recipient: Mapped[str] = mapped_column(sa.String(512))
+    formats: Mapped[list[str]] = mapped_column(JSONType)
+    only_if: Mapped[str | None] = mapped_column(sa.String(16), default=None)
+    fire_at: Mapped[datetime]
+    """The run's slot instant: "newer slot" means a later ``fire_at``."""
+    state: Mapped[str] = mapped_column(sa.String(16), default=DeliveryState.PENDING.value)
+    reason: Mapped[str | None] = mapped_column(sa.String(32), default=None)
+    attempt: Mapped[int] = mapped_column(default=0)
+    retry_base: Mapped[int] = mapped_column(default=0)
+    """``attempt`` when a person last asked for a retry: the channel's max attempts
+    count from here."""
+    not_before: Mapped[datetime]
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    outcome_unknown: Mapped[bool] = mapped_column(default=False)
+    """The last attempt may have arrived (a timeout after sending, or a worker that
+    died between send and record): check with the channel before sending again."""
+    possible_duplicate: Mapped[bool] = mapped_column(default=False)
+    content_sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
+    """A digest of what was sent (the attachments' hashes): ``only_if: changed``."""
+    receipt: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeliveryAttempt(Base):
+    """One attempt at a delivery and what the channel answered."""
+
+    __tablename__ = "delivery_attempts"
+    __table_args__ = (
+        sa.UniqueConstraint("delivery_id", "attempt", name="uq_delivery_attempts_attempt"),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    delivery_id: Mapped[int] = mapped_column(sa.ForeignKey("deliveries.id"))
+    attempt: Mapped[int]
+    worker: Mapped[str] = mapped_column(sa.String(255))
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None] = mapped_column(default=None)
+    outcome: Mapped[str | None] = mapped_column(sa.String(16), default=None)
+    """SENT, FOUND (an earlier send was found by the check), RETRY, FAILED, UNKNOWN,
+    SUPPRESSED; None while in flight (a worker that died leaves it None)."""
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+
+
+class Unsubscription(Base):
+    """A recipient's opt-out (module docstring)."""
+
+    __tablename__ = "unsubscriptions"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "tenant_id", "scope", "channel", "recipient", name="uq_unsubscriptions_scope"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    scope: Mapped[str] = mapped_column(sa.String(128))
+    """A definition's name, or ``*`` for every report of the tenant."""
+    channel: Mapped[str] = mapped_column(sa.String(32))
+    recipient: Mapped[str] = mapped_column(sa.String(512))
+    source: Mapped[str] = mapped_column(sa.String(32))
+    """``one-click`` (RFC 8058 POST), ``link`` (the URL opened) or ``cli``."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SignedLink(Base):
+    """A signed link to one rendered file (the ``link`` channel)."""
+
+    __tablename__ = "signed_links"
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), index=True)
+    delivery_id: Mapped[int | None] = mapped_column(sa.ForeignKey("deliveries.id"), default=None)
+    recipient: Mapped[str] = mapped_column(sa.String(512))
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    filename: Mapped[str] = mapped_column(sa.String(255))
+    media_type: Mapped[str] = mapped_column(sa.String(128))
+    key_id: Mapped[str] = mapped_column(sa.String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)

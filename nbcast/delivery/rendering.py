@@ -1,0 +1,313 @@
+"""The render queue: renditions are rendered once, in a child process, under a time limit.
+
+A delivery worker leases PENDING renditions (``lease_owner``, ``lease_expires_at``,
+``attempt + 1``; ``SKIP LOCKED`` on PostgreSQL), renders each one, stores the bytes
+in the artifact store (content-addressed: an unchanged report is stored once) and
+records the sha256 — every write conditional on its lease, like the executor's.
+
+**Isolation.** Each render runs in a child forked from the worker
+(:func:`render_isolated`): a renderer that crashes, leaks or hangs cannot take the
+worker with it, and one that exceeds ``timeout`` is killed. The child reads the
+executed notebook from the artifact store, writes the rendition there and reports
+only the hash; it never touches the database (it exits with ``os._exit`` so the
+parent's connections are not closed under it). No database transaction is open
+while a renderer runs, so a slow renderer holds no lock — on SQLite, where a write
+transaction blocks every other writer, that matters.
+
+**Failures.** A failed attempt is retried with backoff up to ``max_attempts``; then the
+rendition is FAILED with the error, and the ledger fails the deliveries that need it
+(``render_failed``). Nothing here writes the scheduler's or the executor's tables, so
+a broken renderer leaves scheduling and execution untouched.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.artifacts import ArtifactStore
+from nbcast.db import Database
+from nbcast.definitions.models import ReportDefinition
+from nbcast.delivery.intake import spec_of
+from nbcast.delivery.models import Rendition, RenditionState
+from nbcast.delivery.renderers import Renderer, renderers
+from nbcast.delivery.report import ReportInfo
+from nbcast.executor.models import Run
+from nbcast.governance.models import Tenant
+from nbcast.retry import backoff
+
+__all__ = ["RenderQueue", "render_isolated", "report_infos"]
+
+RendererLookup = Callable[[str], Renderer]
+
+
+def report_infos(session: Session, run_ids: list[int]) -> dict[int, ReportInfo]:
+    """What delivery tells renderers and channels about each run."""
+    rows = session.execute(
+        sa.select(
+            Run.id,
+            Run.version_id,
+            Run.version,
+            Run.slot_key,
+            Run.fire_at,
+            Run.finished_at,
+            Tenant.name.label("tenant"),
+            ReportDefinition.name.label("definition"),
+        )
+        .join(Tenant, Tenant.id == Run.tenant_id)
+        .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
+        .where(Run.id.in_(run_ids))
+    ).all()
+    cache: dict[int, Any] = {}
+    infos = {}
+    for r in rows:
+        spec = spec_of(session, r.version_id, cache)
+        infos[r.id] = ReportInfo(
+            tenant=r.tenant,
+            definition=r.definition,
+            version=r.version,
+            run_id=r.id,
+            slot_key=r.slot_key,
+            fire_at=r.fire_at,
+            finished_at=r.finished_at or r.fire_at,
+            timezone=spec.schedule.timezone if spec.schedule else "UTC",
+            description=spec.description,
+        )
+    return infos
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What a render attempt produced."""
+
+    sha256: str | None
+    size: int
+    seconds: float
+    error: dict[str, Any] | None = None
+
+
+def _child(
+    send: Any,
+    lookup: RendererLookup,
+    fmt: str,
+    notebook_sha: str,
+    report: ReportInfo,
+    store: ArtifactStore,
+) -> None:
+    code = 0
+    try:
+        import nbformat
+
+        renderer = lookup(fmt)
+        notebook = nbformat.reads(store.get(notebook_sha).decode(), as_version=4)
+        started = time.perf_counter()
+        data = renderer.render(notebook, report)
+        ref = store.put(data)
+        send.send(
+            (
+                "ok",
+                ref.sha256,
+                ref.size,
+                time.perf_counter() - started,
+                renderer.filename(report),
+                renderer.media_type,
+            )
+        )
+    except BaseException as exc:  # everything is reported, nothing escapes the child
+        send.send(("error", type(exc).__name__, str(exc)[:2000], traceback.format_exc()[-4000:]))
+        code = 1
+    finally:
+        send.close()
+        os._exit(code)  # never run the parent's exit handlers (its DB connections)
+
+
+def render_isolated(
+    lookup: RendererLookup,
+    fmt: str,
+    notebook_sha: str,
+    report: ReportInfo,
+    store: ArtifactStore,
+    *,
+    timeout: float,
+) -> tuple[RenderResult, str | None, str | None]:
+    """Render in a forked child under ``timeout`` seconds (module docstring).
+
+    Returns the result, the file name and the media type (None when it failed).
+    """
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    started = time.perf_counter()
+    child = context.Process(
+        target=_child, args=(send, lookup, fmt, notebook_sha, report, store), daemon=True
+    )
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            child.kill()
+            error = {"error": "RenderTimeout", "message": f"{fmt} renderer ran over {timeout:g} s"}
+            return RenderResult(None, 0, time.perf_counter() - started, error), None, None
+        try:
+            answer = receive.recv()
+        except EOFError:
+            answer = ("error", "RendererCrashed", "the renderer process died", "")
+    finally:
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receive.close()
+    if answer[0] == "ok":
+        _, sha, size, seconds, filename, media_type = answer
+        return RenderResult(sha, size, seconds), filename, media_type
+    _, ename, message, trace = answer
+    error = {"error": ename, "message": message, "traceback": trace}
+    return RenderResult(None, 0, time.perf_counter() - started, error), None, None
+
+
+class RenderQueue:
+    """Leases and renders PENDING renditions (module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Any,
+        store: ArtifactStore,
+        *,
+        owner: str,
+        lookup: RendererLookup | None = None,
+        timeout: float = 120.0,
+        max_attempts: int = 3,
+        backoff_base: float = 10.0,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.store = store
+        self.owner = owner
+        self.lookup: RendererLookup = lookup or (lambda name: renderers.create(name))
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+
+    def _lease(self, limit: int) -> list[tuple[int, int, int, str, str, str | None]]:
+        now = self.clock.now()
+        with self.db.session() as session:
+            query = (
+                sa.select(Rendition.id)
+                .where(
+                    Rendition.state == RenditionState.PENDING.value,
+                    sa.or_(Rendition.lease_expires_at.is_(None), Rendition.lease_expires_at <= now),
+                )
+                .order_by(Rendition.id)
+                .limit(limit)
+            )
+            if self.db.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            ids = list(session.scalars(query))
+            if not ids:
+                return []
+            session.execute(
+                sa.update(Rendition)
+                .where(Rendition.id.in_(ids))
+                .values(
+                    attempt=Rendition.attempt + 1,
+                    lease_owner=self.owner,
+                    lease_expires_at=now + timedelta(seconds=self.timeout + 30),
+                )
+            )
+            rows = session.execute(
+                sa.select(
+                    Rendition.id,
+                    Rendition.attempt,
+                    Rendition.run_id,
+                    Rendition.format,
+                    Rendition.variant,
+                    Run.artifact_sha256,
+                )
+                .join(Run, Run.id == Rendition.run_id)
+                .where(Rendition.id.in_(ids))
+            ).all()
+            return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    def render_pending(self, limit: int = 4) -> int:
+        """Lease up to ``limit`` renditions and render them; return how many ended."""
+        leased = self._lease(limit)
+        if not leased:
+            return 0
+        with self.db.session() as session:
+            infos = report_infos(session, sorted({r[2] for r in leased}))
+        for rendition_id, attempt, run_id, fmt, variant, notebook_sha in leased:
+            report = infos[run_id]
+            if variant == "late":
+                lateness = max(self.clock.now() - report.fire_at, timedelta(0))
+                report = _with_lateness(report, lateness)
+            if notebook_sha is None:
+                result = RenderResult(
+                    None, 0, 0.0, {"error": "NoNotebook", "message": "the run stored no notebook"}
+                )
+                filename = media_type = None
+            else:
+                result, filename, media_type = render_isolated(
+                    self.lookup, fmt, notebook_sha, report, self.store, timeout=self.timeout
+                )
+            self._record(rendition_id, attempt, result, filename, media_type)
+        return len(leased)
+
+    def _record(
+        self,
+        rendition_id: int,
+        attempt: int,
+        result: RenderResult,
+        filename: str | None,
+        media_type: str | None,
+    ) -> None:
+        now = self.clock.now()
+        fenced = sa.and_(
+            Rendition.id == rendition_id,
+            Rendition.attempt == attempt,
+            Rendition.lease_owner == self.owner,
+            Rendition.state == RenditionState.PENDING.value,
+        )
+        if result.sha256 is not None:
+            values: dict[str, Any] = {
+                "state": RenditionState.DONE.value,
+                "sha256": result.sha256,
+                "size": result.size,
+                "seconds": result.seconds,
+                "filename": filename,
+                "media_type": media_type,
+                "rendered_at": now,
+                "error": None,
+                "lease_owner": None,
+                "lease_expires_at": None,
+            }
+        elif attempt >= self.max_attempts:
+            values = {
+                "state": RenditionState.FAILED.value,
+                "error": result.error,
+                "lease_owner": None,
+            }
+        else:
+            values = {
+                "error": result.error,
+                "lease_owner": None,
+                "lease_expires_at": now + backoff(attempt, base=self.backoff_base, cap=600),
+            }
+        with self.db.session() as session:
+            session.execute(sa.update(Rendition).where(fenced).values(**values))
+
+
+def _with_lateness(report: ReportInfo, lateness: timedelta) -> ReportInfo:
+    from dataclasses import replace
+
+    minutes = int(lateness.total_seconds() // 60)
+    return replace(report, late_by=timedelta(minutes=minutes))

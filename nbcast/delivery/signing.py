@@ -1,0 +1,98 @@
+"""Signed tokens for links and one-click unsubscribes: HMAC with key rotation.
+
+A token is ``<key id>.<itsdangerous URL-safe signed payload>``. The key id says which
+key signed it, so keys rotate without breaking tokens already handed out: new tokens
+are signed with the *current* key (the first one configured), and every configured
+key still verifies. Removing a key retires every token it signed. Signatures are
+HMAC-SHA256 (itsdangerous) and compared in constant time; each use has its own salt
+(``link``, ``unsubscribe``) so a token made for one purpose is refused for another.
+
+Keys come from ``NBCAST_SIGNING_KEYS`` (``id:secret,id:secret``, current first). When
+it is unset, an embedded installation generates one key on first use and keeps it in
+``$NBCAST_HOME/signing-keys.json`` (mode 0600).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from itsdangerous import BadSignature, URLSafeSerializer
+
+from nbcast.errors import ConfigError, LinkError
+
+__all__ = ["Signer", "load_signer"]
+
+_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+class Signer:
+    """Signs and verifies payloads with rotating keys (module docstring)."""
+
+    def __init__(self, keys: Sequence[tuple[str, str]]) -> None:
+        if not keys:
+            raise ConfigError("signing needs at least one key")
+        for key_id, secret in keys:
+            if not _KEY_ID.fullmatch(key_id):
+                raise ConfigError(f"signing key id {key_id!r} must match {_KEY_ID.pattern}")
+            if len(secret) < 16:
+                raise ConfigError(f"signing key {key_id!r} is shorter than 16 characters")
+        self.current = keys[0][0]
+        self._keys = dict(keys)
+
+    def sign(self, payload: Mapping[str, Any], *, purpose: str) -> str:
+        """A token carrying ``payload`` (JSON-serializable), for ``purpose`` only."""
+        serializer = URLSafeSerializer(self._keys[self.current], salt=f"nbcast-{purpose}")
+        return f"{self.current}.{serializer.dumps(dict(payload))}"
+
+    def verify(self, token: str, *, purpose: str) -> dict[str, Any]:
+        """The payload of ``token``; :class:`~nbcast.errors.LinkError` if it is
+        malformed, signed for another purpose, or signed by no configured key."""
+        key_id, dot, signed = token.partition(".")
+        if not dot or not signed:
+            raise LinkError("malformed token")
+        secret = self._keys.get(key_id)
+        if secret is None:
+            raise LinkError("the token was signed with an unknown or retired key")
+        try:
+            payload = URLSafeSerializer(secret, salt=f"nbcast-{purpose}").loads(signed)
+        except BadSignature:
+            raise LinkError("the token's signature does not verify") from None
+        if not isinstance(payload, dict):
+            raise LinkError("malformed token")
+        return payload
+
+
+def parse_keys(text: str) -> list[tuple[str, str]]:
+    """``id:secret,id:secret`` → pairs, current first."""
+    keys = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key_id, colon, secret = item.partition(":")
+        if not colon:
+            raise ConfigError("NBCAST_SIGNING_KEYS is 'id:secret,id:secret' (current first)")
+        keys.append((key_id, secret))
+    return keys
+
+
+def load_signer(home: Path, environ: Mapping[str, str] | None = None) -> Signer:
+    """The signer from ``NBCAST_SIGNING_KEYS``, or the embedded key file (module doc)."""
+    env = os.environ if environ is None else environ
+    if env.get("NBCAST_SIGNING_KEYS"):
+        return Signer(parse_keys(env["NBCAST_SIGNING_KEYS"]))
+    path = home / "signing-keys.json"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        keys = [["k1", secrets.token_urlsafe(32)]]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        else:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(keys, handle)
+    return Signer([(str(k), str(s)) for k, s in json.loads(path.read_text())])

@@ -1,0 +1,105 @@
+"""Unsubscribing: one-click tokens (RFC 8058) and the opt-outs they record.
+
+Every email carries ``List-Unsubscribe: <https://…/nbcast/unsubscribe/<token>>`` and
+``List-Unsubscribe-Post: List-Unsubscribe=One-Click``; the token is signed
+(:class:`~nbcast.delivery.signing.Signer`, purpose ``unsubscribe``) and names the
+tenant, the report, the channel and the recipient, so the endpoint needs no login and
+nobody can unsubscribe someone else. ``nbcast unsubscribe`` records the same from
+the command line. An opt-out is a row in ``unsubscriptions`` — for one report
+(``scope`` = its name) or all of a tenant's reports (``*``) — and the ledger
+suppresses later deliveries to that recipient (SUPPRESSED ``unsubscribed``), leaving
+the evidence in the ledger.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.db import insert_ignore
+from nbcast.delivery.models import Unsubscription
+from nbcast.delivery.signing import Signer
+from nbcast.errors import LinkError
+
+__all__ = [
+    "is_unsubscribed",
+    "record_unsubscribe",
+    "unsubscribe_token",
+    "unsubscribe_url",
+    "use_token",
+]
+
+PURPOSE = "unsubscribe"
+
+
+def unsubscribe_token(
+    signer: Signer, *, tenant_id: int, scope: str, channel: str, recipient: str
+) -> str:
+    """A token that unsubscribes ``recipient`` from ``scope`` on ``channel``."""
+    return signer.sign({"t": tenant_id, "s": scope, "c": channel, "r": recipient}, purpose=PURPOSE)
+
+
+def unsubscribe_url(base_url: str, token: str) -> str:
+    """The one-click URL for ``token`` (served by the server extension)."""
+    return f"{base_url.rstrip('/')}/nbcast/unsubscribe/{token}"
+
+
+def record_unsubscribe(
+    session: Session,
+    *,
+    tenant_id: int,
+    scope: str,
+    channel: str,
+    recipient: str,
+    source: str,
+    now: datetime,
+) -> None:
+    """Record an opt-out (idempotent: unsubscribing twice records it once)."""
+    row = {
+        "tenant_id": tenant_id,
+        "scope": scope,
+        "channel": channel,
+        "recipient": recipient,
+        "source": source,
+        "created_at": now,
+    }
+    session.execute(insert_ignore(Unsubscription, [row], session.get_bind().dialect.name))
+
+
+def use_token(
+    session: Session, signer: Signer, token: str, now: datetime, *, source: str = "one-click"
+) -> dict[str, object]:
+    """Record the opt-out a one-click token carries; return what it named.
+    :class:`~nbcast.errors.LinkError` for a forged or malformed token."""
+    payload = signer.verify(token, purpose=PURPOSE)
+    try:
+        fields = {
+            "tenant_id": int(payload["t"]),
+            "scope": str(payload["s"]),
+            "channel": str(payload["c"]),
+            "recipient": str(payload["r"]),
+        }
+    except (KeyError, TypeError, ValueError):
+        raise LinkError("malformed token") from None
+    record_unsubscribe(session, source=source, now=now, **fields)  # type: ignore[arg-type]
+    return dict(fields)
+
+
+def is_unsubscribed(
+    session: Session, *, tenant_id: int, scope: str, channel: str, recipient: str
+) -> bool:
+    """Whether ``recipient`` opted out of ``scope`` (or of everything) on ``channel``."""
+    return bool(
+        session.scalar(
+            sa.select(
+                sa.exists().where(
+                    Unsubscription.tenant_id == tenant_id,
+                    Unsubscription.scope.in_((scope, "*")),
+                    Unsubscription.channel == channel,
+                    Unsubscription.recipient == recipient,
+                )
+            )
+        )
+    )
