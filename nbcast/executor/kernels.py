@@ -37,7 +37,10 @@ Design decisions:
 - **Failures back off.** A kernel that fails to start or to warm up is discarded;
   background refills then back off exponentially (0.5 s doubling to 30 s) so a
   broken kernelspec does not spin. A run that had claimed a kernel whose warm-up
-  failed is served a fresh cold kernel instead; a start failure reaches the caller.
+  failed is served a fresh cold kernel instead; one whose kernel failed to start
+  gets up to two more starts (a start can fail by chance: its ports are chosen
+  before the kernel binds them, and another process may bind one meanwhile), then
+  the failure reaches the caller.
 - **Nothing leaks.** :meth:`KernelPool.close` (also on ``with`` exit and, as a last
   resort, at interpreter exit) kills every kernel the pool started, including ones
   still checked out; kernels also carry ``JPY_PARENT_PID`` so they exit if the worker
@@ -102,6 +105,8 @@ DEFAULT_WARMUP_MODULES: tuple[str, ...] = (
 # short-lived kernels would contend for that SQLite file (nbclient does the same).
 _IPYKERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 _MAX_BACKOFF_S = 30.0
+#: Kernel starts tried for a run (the first one and retries) before its acquire fails.
+_START_ATTEMPTS = 3
 
 #: The warm-up :class:`KernelPool` runs by default (imports, no names bound).
 DEFAULT_WARMUP: str = warmup_code(DEFAULT_WARMUP_MODULES)
@@ -143,6 +148,7 @@ class _Slot:
     process: KernelProcess | None = None
     task: asyncio.Task[None] | None = None
     stop_task: asyncio.Task[None] | None = None
+    attempt: int = 1  # starts tried for the claim it serves
 
 
 class PooledKernel:
@@ -392,9 +398,10 @@ class KernelPool:
             kwargs["env"] = dict(self._env)
         return kwargs
 
-    def _spawn(self, kernel_name: str, claim: _Claim | None) -> _Slot:
+    def _spawn(self, kernel_name: str, claim: _Claim | None, *, attempt: int = 1) -> _Slot:
         slot = _Slot(km=self._manager_class(kernel_name=kernel_name), kernel_name=kernel_name)
         slot.claim = claim
+        slot.attempt = attempt
         self._slots.add(slot)
         self._preparing.append(slot)
         slot.task = asyncio.get_running_loop().create_task(self._prepare(slot))
@@ -446,7 +453,14 @@ class KernelPool:
                 # The warm-up failed after a run claimed this kernel: serve it a cold one.
                 log.warning("warm-up failed (%s); serving a fresh kernel instead", exc)
                 self._spawn(slot.kernel_name, claim)
-            elif not claim.abandoned and not claim.future.done():
+            elif claim.abandoned or claim.future.done():
+                pass
+            elif slot.attempt < _START_ATTEMPTS and not self._closed:
+                # A start can fail by chance (a port taken between jupyter_client's probe
+                # and the kernel's bind): the run gets another kernel, not the failure.
+                log.warning("kernel failed to start (%s); starting another", exc)
+                self._spawn(slot.kernel_name, claim, attempt=slot.attempt + 1)
+            else:
                 claim.future.set_exception(exc)
             return
         slot.task = None

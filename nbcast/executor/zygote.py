@@ -32,6 +32,18 @@ Design decisions:
   before jupyter_client would consult its entry-point factory, so no entry point or
   kernelspec is installed; nbclient/papermill take it as ``kernel_manager_class``.
 
+- **A stall never hangs a run** (the once-seen stall in a Ray worker; the full account
+  is in :mod:`nbcast.executor.engines.ray`). Its cause was a kernel that lost one of
+  its ports to another process between jupyter_client's probe and its own bind: after
+  a failed IOPub bind ipykernel's exit handler blocks in ``zmq.Context.term()``
+  forever, so the kernel neither works nor exits. Hence: ``pre_launch`` starts the
+  shared zygote *before* ports are chosen (its imports were inside that window);
+  ``post_launch`` kills a kernel at once when another process listens on one of its
+  ports (:class:`ZygoteError`; the pool starts another); forked kernels' exit
+  handlers get 5 s; and a zygote that cannot be started, or does not answer a request
+  within ``request_timeout`` (30 s), is killed and the kernel started with ``Popen``
+  with a warning (:class:`ZygoteUnavailable`).
+
 Caveats: the preloads see the zygote's environment (the worker's at zygote start);
 kernels of one zygote share ``PYTHONHASHSEED``; a kernel's parent is the zygote, and
 ``ps`` shows it with the zygote's command line; non-daemon threads do not delay a
@@ -72,6 +84,7 @@ __all__ = [
     "ZygoteError",
     "ZygoteKernelManager",
     "ZygoteProvisioner",
+    "ZygoteUnavailable",
     "default_zygote",
     "shutdown_default_zygote",
     "zygote_kernel_manager",
@@ -104,11 +117,21 @@ DEFAULT_INTERPRETER_OPTIONS: tuple[str, ...] = (
 UNKNOWN_EXIT_CODE = 1
 """``poll``'s answer for a kernel that is gone when nobody recorded its exit code."""
 
+LISTEN_WAIT_S = 10.0
+"""How long :meth:`ZygoteProvisioner.post_launch` waits for a kernel to listen."""
+
 _LAUNCHERS = ("ipykernel_launcher", "ipykernel")
 
 
 class ZygoteError(ExecutionError):
     """The zygote could not be started, reached, or asked to start a kernel."""
+
+
+class ZygoteUnavailable(ZygoteError):
+    """The zygote is not running, exited, or did not answer in time (it was killed).
+
+    :class:`ZygoteProvisioner` then starts the kernel with ``Popen`` instead.
+    """
 
 
 class Zygote:
@@ -118,8 +141,10 @@ class Zygote:
     with ``interpreter_options`` and only serves kernel commands with exactly those
     options. ``preload`` modules must not start threads, open connections or create
     event loops at import: every kernel would inherit them. Thread-safe: one request
-    at a time over the private socket; a zygote silent for ``timeout`` seconds is
-    killed and :class:`ZygoteError` raised.
+    at a time over the private socket. A zygote that has not finished its imports
+    within ``timeout`` seconds, or does not answer a request (a fork takes
+    milliseconds) within ``request_timeout``, is killed and :class:`ZygoteUnavailable`
+    raised.
     """
 
     def __init__(
@@ -129,11 +154,13 @@ class Zygote:
         interpreter_options: Sequence[str] = DEFAULT_INTERPRETER_OPTIONS,
         env: Mapping[str, str] | None = None,
         timeout: float = 120.0,
+        request_timeout: float = 30.0,
     ) -> None:
         self.preload = tuple(preload)
         self.interpreter_options = tuple(interpreter_options)
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
+        self.request_timeout = request_timeout
         self.info: dict[str, Any] = {}
         """The server's start-up report: ``loaded``, ``failed``, ``env_set``, ``threads``."""
         self.owner_pid = os.getpid()
@@ -176,7 +203,7 @@ class Zygote:
             finally:
                 theirs.close()
             self._sock = ours
-            self.info = self._receive()
+            self.info = self._receive(self.timeout)
             return self
 
     def spawn(
@@ -245,18 +272,18 @@ class Zygote:
     def _request(self, message: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
             if self._sock is None or self.owner_pid != os.getpid():
-                raise ZygoteError("the zygote is not running")
+                raise ZygoteUnavailable("the zygote is not running")
             try:
                 self._sock.sendall(json.dumps(message).encode() + b"\n")
             except OSError as exc:
                 self._drop(kill=True)
-                raise ZygoteError(f"the zygote is unreachable: {exc}") from exc
-            return self._receive()
+                raise ZygoteUnavailable(f"the zygote is unreachable: {exc}") from exc
+            return self._receive(self.request_timeout)
 
-    def _receive(self) -> dict[str, Any]:
+    def _receive(self, timeout: float) -> dict[str, Any]:
         """Read one reply (lock held); a dead or silent zygote is killed and raises."""
         assert self._sock is not None
-        self._sock.settimeout(self.timeout)
+        self._sock.settimeout(timeout)
         try:
             while b"\n" not in self._buffer:
                 data = self._sock.recv(65536)
@@ -265,7 +292,7 @@ class Zygote:
                 self._buffer += data
         except (OSError, EOFError) as exc:
             self._drop(kill=True)
-            raise ZygoteError(f"no answer from the zygote: {exc}") from exc
+            raise ZygoteUnavailable(f"no answer from the zygote: {exc}") from exc
         line, self._buffer = self._buffer.split(b"\n", 1)
         reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
@@ -346,16 +373,59 @@ class _ForkedKernel:
                 os.killpg(self.pid, signum)
 
 
-def _listening_ports() -> set[int] | None:
-    """TCP ports in LISTEN state in this network namespace; ``None`` without /proc/net."""
-    ports: set[int] = set()
+def _listening_sockets() -> dict[int, set[int]] | None:
+    """TCP port -> inodes of the sockets listening on it in this network namespace.
+
+    ``None`` without ``/proc/net``.
+    """
+    sockets: dict[int, set[int]] = {}
     readable = False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:
             rows = [row.split() for row in f.read().splitlines()[1:]]
             readable = True
-            ports.update(int(row[1].rsplit(":", 1)[1], 16) for row in rows if row[3] == "0A")
-    return ports if readable else None
+            for row in rows:
+                if row[3] == "0A":  # LISTEN
+                    port = int(row[1].rsplit(":", 1)[1], 16)
+                    sockets.setdefault(port, set()).add(int(row[9]))
+    return sockets if readable else None
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets process ``pid`` has open (empty if it cannot be read)."""
+    inodes: set[int] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _port_owners(pid: int, ports: set[int]) -> tuple[set[int], set[int]] | None:
+    """``(ports the kernel listens on, ports only another process listens on)``.
+
+    ``None`` when ``/proc/net`` cannot be read.
+    """
+    listening = _listening_sockets()
+    if listening is None:
+        return None
+    mine = _socket_inodes(pid) if any(port in listening for port in ports) else set()
+    owned = {port for port in ports if listening.get(port, set()) & mine}
+    taken = {port for port in ports if port in listening and port not in owned}
+    return owned, taken
+
+
+def _spec_interpreter_options(argv: Sequence[str]) -> list[str] | None:
+    """The interpreter options of a kernelspec ``argv`` this interpreter's zygote can fork."""
+    cmd = list(argv)
+    major, minor = sys.version_info[:2]
+    pythons = {"python", f"python{major}", f"python{major}.{minor}"}
+    if cmd and cmd[0] in pythons:  # as jupyter_client's format_kernel_cmd resolves it
+        cmd[0] = sys.executable
+    plan = _fork_plan(cmd, {}) if cmd else None
+    return plan[0] if plan is not None else None
 
 
 def _fork_plan(cmd: Sequence[str], kwargs: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
@@ -391,32 +461,59 @@ class ZygoteProvisioner(LocalProvisioner):
     def has_process(self) -> bool:
         return self.forked is not None or super().has_process
 
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Start the shared zygote, if it will be used, *before* the ports are chosen.
+
+        ``LocalProvisioner.pre_launch`` picks free ports that the kernel binds later;
+        anything that binds them meanwhile makes the kernel fail (see
+        :meth:`post_launch`). Starting the zygote first keeps its imports (seconds on a
+        busy machine) out of that window.
+        """
+        spec = self.kernel_spec
+        options = _spec_interpreter_options(spec.argv) if self.zygote is None and spec else None
+        if options is not None:
+            try:
+                await asyncio.to_thread(default_zygote, options)
+            except (ZygoteUnavailable, OSError) as exc:
+                self.log.warning("The zygote did not start (%s)", exc)
+        result: dict[str, Any] = await super().pre_launch(**kwargs)
+        return result
+
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        """Fork the kernel from the zygote (started lazily) when ``cmd`` allows it."""
+        """Fork the kernel from the zygote (started lazily) when ``cmd`` allows it.
+
+        When the zygote cannot be started or reached (:class:`ZygoteUnavailable`), the
+        kernel is started with ``Popen`` and a warning logged: a stuck zygote costs at
+        most its timeout, never the run.
+        """
         plan = _fork_plan(cmd, kwargs)
         zygote = self.zygote
         if plan is None or (zygote and tuple(plan[0]) != zygote.interpreter_options):
             self.log.warning("Not forking %s from a zygote: started with Popen", cmd)
             return await super().launch_kernel(cmd, **kwargs)
-        if zygote is None:
-            zygote = await asyncio.to_thread(default_zygote, plan[0])
         arguments = plan[1]
         index = arguments.index("-f")
         connection_file = arguments[index + 1]
         extra = arguments[:index] + arguments[index + 2 :]
         cwd = kwargs.get("cwd")
         env = kwargs.get("env")
-        spawn = asyncio.ensure_future(
-            asyncio.to_thread(zygote.spawn, connection_file, argv_extra=extra, cwd=cwd, env=env)
-        )
         try:
-            pid = await asyncio.shield(spawn)
-        except asyncio.CancelledError:
-            # Cancelled while the fork was under way (a pool closing): the kernel still
-            # comes into being, and nothing else knows its pid, so end it here.
-            with contextlib.suppress(Exception):
-                os.killpg(await spawn, signal.SIGKILL)
-            raise
+            if zygote is None:
+                zygote = await asyncio.to_thread(default_zygote, plan[0])
+            spawn = asyncio.ensure_future(
+                asyncio.to_thread(zygote.spawn, connection_file, argv_extra=extra, cwd=cwd, env=env)
+            )
+            try:
+                pid = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                # Cancelled while the fork was under way (a pool closing): the kernel
+                # still comes into being, and nothing else knows its pid, so end it here.
+                with contextlib.suppress(Exception):
+                    os.killpg(await spawn, signal.SIGKILL)
+                raise
+        except (ZygoteUnavailable, OSError) as exc:
+            self.log.warning("The zygote failed (%s): kernel started with Popen instead", exc)
+            return await super().launch_kernel(cmd, **kwargs)
         stat = _proc_stat(pid)
         self.forked = _ForkedKernel(pid, stat[1] if stat else None, zygote)
         self.pid = pid
@@ -425,9 +522,13 @@ class ZygoteProvisioner(LocalProvisioner):
         return self.connection_info
 
     async def post_launch(self, **kwargs: Any) -> None:
-        """Return once a forked kernel listens on its TCP ports (best effort, <= 5 s).
+        """Return once a forked kernel listens on all its TCP ports (<= ``LISTEN_WAIT_S``).
 
         Clients that connect earlier wait for zmq's 100 ms reconnect interval instead.
+        A port on which only another process listens means the kernel lost the race
+        for it (its ports are chosen before it binds them): the kernel is killed and
+        :class:`ZygoteError` raised at once, so that a new kernel can be started,
+        rather than a kernel that cannot work being waited for.
         """
         await super().post_launch(**kwargs)
         info = self.connection_info
@@ -435,11 +536,21 @@ class ZygoteProvisioner(LocalProvisioner):
             return
         names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
         wanted = {int(port) for name in names if isinstance(port := info.get(name), int)}
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + LISTEN_WAIT_S
         while time.monotonic() < deadline and self.forked.poll() is None:
-            listening = _listening_ports()
-            if listening is None or wanted <= listening:
+            owners = _port_owners(self.forked.pid, wanted)
+            if owners is None or owners[0] == wanted:
                 return
+            # A kernel exiting between the two /proc reads (killed by a closing zygote or
+            # pool) shows its own ports as someone else's: only a kernel still alive, and
+            # still without them, a moment later has lost them.
+            if owners[1]:
+                await asyncio.sleep(0.05)
+                owners = _port_owners(self.forked.pid, wanted)
+            if owners is not None and owners[1] and self.forked.poll() is None:
+                self.forked.signal(signal.SIGKILL)
+                taken = ", ".join(map(str, sorted(owners[1])))
+                raise ZygoteError(f"the kernel's port {taken} was taken by another process")
             await asyncio.sleep(0.005)
 
     async def poll(self) -> int | None:

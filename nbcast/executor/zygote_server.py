@@ -50,14 +50,17 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["INLINE_BACKEND"]
+__all__ = ["EXIT_GRACE_S", "INLINE_BACKEND"]
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+EXIT_GRACE_S = 5.0
+"""Seconds a forked kernel's exit handlers may take before it exits anyway."""
 _KEEP_EXIT_CODES = 4096
 
 
@@ -98,6 +101,13 @@ def _run_kernel(zygote_pid: int, argv: list[str]) -> int:
     except BaseException:
         traceback.print_exc()
         code = 1
+    # Exit handlers get a bounded time: after a failed start (a port taken by another
+    # process between jupyter_client's probe and our bind) ipykernel's ``close`` waits in
+    # ``zmq.Context.term()`` for a socket it never closes, forever: the kernel would hang,
+    # alive, holding its other ports, and its manager would wait for it to the timeout.
+    timer = threading.Timer(EXIT_GRACE_S, os._exit, (code,))
+    timer.daemon = True
+    timer.start()
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -29,8 +32,7 @@ def kernel_children() -> set[int]:
                 continue
             command = " ".join(child.cmdline())
             parent = child.parent()
-            forked = parent is not None and "nbcast.executor.zygote" in " ".join(
-                parent.cmdline())
+            forked = parent is not None and "nbcast.executor.zygote" in " ".join(parent.cmdline())
             if forked:
                 found.add(child.pid)
             elif "nbcast.executor.zygote" not in command and "ipykernel" in command:
@@ -167,3 +169,34 @@ def test_an_unknown_kernelspec_fails_acquire() -> None:
         with pytest.raises(NoSuchKernel):
             pool.acquire(timeout=10)
         assert pool.stats().preparing == 0  # backing off, not spinning
+
+
+FLAKY_KERNEL = """
+import os, sys
+marker, connection_file = sys.argv[1], sys.argv[2]
+if not os.path.exists(marker):  # the first start fails, as one whose port was taken
+    open(marker, "w").close()
+    sys.exit(3)
+os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
+"""
+
+
+def test_a_run_whose_kernel_fails_to_start_gets_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, marker = tmp_path / "flaky.py", tmp_path / "started-once"
+    script.write_text(FLAKY_KERNEL)
+    spec = tmp_path / "kernels" / "flaky"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(script), str(marker), "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "flaky", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    with KernelPool(size=0, kernel_name="flaky", warmup=None, forked=False) as pool:
+        kernel = pool.acquire(timeout=60)
+        assert marker.exists()  # the first start failed
+        assert kernel.pid is not None
+        assert psutil.pid_exists(kernel.pid)
+        kernel.release(wait=True)
+    assert no_kernels_left()

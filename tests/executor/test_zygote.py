@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,8 @@ from nbcast.executor.zygote import (
     ZygoteError,
     ZygoteKernelManager,
     ZygoteProvisioner,
+    ZygoteUnavailable,
+    _defaults,
     _fork_plan,
     default_zygote,
     shutdown_default_zygote,
@@ -357,3 +360,100 @@ def test_papermill_runs_a_notebook_on_a_forked_kernel(tmp_path: Path) -> None:
     assert cells[1].source.strip().endswith("n = 7")
     assert cells[2].outputs[0]["text"] == f"True {zygote_pid}\n"
     assert cells[3].outputs[0]["text"] == "7\n"
+
+
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+def free_ports() -> dict[str, int]:
+    """Five distinct ports that were free a moment ago (as jupyter_client picks them)."""
+    sockets = [socket.socket() for _ in PORT_NAMES]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = {name: sock.getsockname()[1] for name, sock in zip(PORT_NAMES, sockets, strict=True)}
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def listener(port: int) -> socket.socket:
+    """Another process's stand-in: a socket listening on ``port``."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize("taken", ["iopub_port", "shell_port"])
+def test_a_kernel_whose_port_is_taken_exits(zygote: Zygote, tmp_path: Path, taken: str) -> None:
+    """The stall once seen in a Ray worker: ipykernel's exit handler waits forever in
+    zmq's Context.term() after a failed IOPub bind. A forked kernel exits anyway."""
+    from jupyter_client.connect import write_connection_file
+
+    ports = free_ports()
+    with listener(ports[taken]):
+        connection_file = str(tmp_path / "kernel.json")
+        write_connection_file(connection_file, ip="127.0.0.1", key=b"k", **ports)
+        pid = zygote.spawn(connection_file)
+        assert wait_gone(pid, 30)
+    assert zygote.exit_code(pid) == 1
+
+
+def test_a_port_taken_before_the_kernel_binds_it_fails_the_start(zygote: Zygote) -> None:
+    """post_launch sees another process listening on a kernel port: kernel killed at once
+    (here the heartbeat port, which would leave a kernel that looks dead to clients)."""
+
+    async def scenario() -> None:
+        km = zygote_kernel_manager(zygote=zygote)
+        km.cache_ports = False
+        ports = free_ports()
+        for name, port in ports.items():
+            setattr(km, name, port)
+        with listener(ports["hb_port"]):
+            with pytest.raises(ZygoteError, match=f"port {ports['hb_port']} was taken"):
+                await km.start_kernel()
+            provisioner = km.provisioner
+            assert isinstance(provisioner, ZygoteProvisioner)
+            assert provisioner.forked is not None
+            assert wait_dead(provisioner.forked.pid)
+        await km.cleanup_resources()
+
+    asyncio.run(scenario())
+
+
+def test_a_stuck_zygote_is_killed_and_the_kernel_started_with_popen() -> None:
+    async def scenario() -> None:
+        own = Zygote(request_timeout=1.0).start()
+        try:
+            os.kill(own.pid or 0, signal.SIGSTOP)  # no answer to the fork request
+            km = zygote_kernel_manager(zygote=own)
+            async with running(km) as kc:
+                assert await printed(kc, "print(6 * 7)") == "42\n"
+                provisioner = km.provisioner
+                assert isinstance(provisioner, ZygoteProvisioner)
+                assert provisioner.forked is None
+                assert isinstance(provisioner.process, subprocess.Popen)
+                assert not own.alive  # killed, not left stopped
+                with pytest.raises(ZygoteUnavailable):
+                    own.spawn("kernel.json")
+        finally:
+            own.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_shared_zygote_is_started_before_ports_are_chosen() -> None:
+    async def scenario() -> None:
+        shutdown_default_zygote()
+        km = ZygoteKernelManager(kernel_name="python3")
+        try:
+            await km.pre_start_kernel()
+            started = _defaults.get(DEFAULT_INTERPRETER_OPTIONS)
+            assert started is not None
+            assert started.alive
+            assert km.shell_port  # chosen after it
+        finally:
+            await km.cleanup_resources()
+            shutdown_default_zygote()
+
+    asyncio.run(scenario())

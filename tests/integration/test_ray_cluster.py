@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,3 +73,51 @@ def test_runs_run_on_both_nodes(ray_cluster: str, pg_url: str, tmp_path: Path) -
     assert len(nodes) == 2, hosts  # one CPU per node, two at once: both nodes ran runs
     assert all(h.split("/", 1)[1].startswith("ray-node-") for h in hosts)
     db.dispose()
+
+
+def test_ray_tasks_run_on_kernels_forked_from_a_zygote(ray_cluster: str, tmp_path: Path) -> None:
+    """Inside Ray workers a run's kernel is forked by the worker's zygote (the default)."""
+    import nbformat
+    import ray
+
+    from nbcast.artifacts import open_store
+    from nbcast.executor.attempt import AttemptJob
+    from nbcast.executor.engines.ray import _run_in_ray
+    from nbcast.executor.models import RunState
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Py"}
+    nb.cells = [
+        nbformat.v4.new_code_cell("n = 0", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            "import os\nparent = open(f'/proc/{os.getppid()}/cmdline').read()\n"
+            "print(n, 'nbcast.executor.zygote_server' in parent)"
+        ),
+    ]
+    jobs = [
+        AttemptJob(
+            run_id=i,
+            attempt=1,
+            tenant="default",
+            definition="forked",
+            label=f"forked-{i}",
+            notebook_json=nbformat.writes(nb),
+            parameters={"n": i},
+            timeout_s=60,
+            work_dir=str(tmp_path / "runs"),
+            artifacts=str(tmp_path / "artifacts"),
+        )
+        for i in range(4)
+    ]
+    ray.init(address=ray_cluster, namespace="nbcast-test-forked", log_to_driver=False)
+    try:
+        task = ray.remote(max_retries=0)(_run_in_ray)
+        outcomes = ray.get([task.remote(job) for job in jobs], timeout=240)
+    finally:
+        ray.shutdown()
+    store = open_store(str(tmp_path / "artifacts"))
+    for i, outcome in enumerate(outcomes):
+        assert outcome.state is RunState.SUCCEEDED, outcome.error
+        assert outcome.artifact_sha256 is not None
+        executed = json.loads(store.get(outcome.artifact_sha256))
+        assert "".join(executed["cells"][-1]["outputs"][0]["text"]) == f"{i} True\n"

@@ -16,7 +16,44 @@ cluster. Runs started, succeeded and failed are counted per tenant with
 
 Tasks never write to the database: the worker that holds the lease records their
 outcome through fenced writes, so a task that outlives its lease cannot complete
-its run. Within a Ray worker process, kernels come from a process-local warm pool.
+its run. Within a Ray worker process, kernels come from a process-local warm pool
+(``NBCAST_RAY_WARM_KERNELS=0``: none) of kernels forked from a zygote
+(:mod:`nbcast.executor.zygote`), as in the local engine; ``NBCAST_RAY_FORKED_KERNELS=0``
+(or ``NBCAST_FORKED_KERNELS=0``) starts them plainly instead.
+
+Forked kernels in Ray workers, decided after a stall. Once, in the demo, a run inside
+a Ray worker got no kernel within 60 s, and forked kernels were turned off in Ray
+workers (3,150 instead of 15,500 runs/hour). What was found:
+
+- **The cause: a kernel that lost the race for one of its ports hung instead of
+  exiting.** jupyter_client picks five free ports, closes them, and the kernel binds
+  them later; a process that binds one meanwhile makes the kernel's bind fail. For
+  the IOPub port, ipykernel's exit handler then waits in ``zmq.Context.term()`` for a
+  socket it never closed: the kernel stays alive, holding its shell port, never
+  answering, until the pool's 60 s timeout. Reproduced deterministically with an
+  occupied IOPub port, for forked and for plain kernels alike (a plain kernel hangs
+  the same way); in Ray stress runs (hundreds of tasks, workers restarted and killed,
+  more workers than CPUs) about one kernel start in 700 hit a taken port. Ray widens
+  the window: every Ray worker has its own jupyter_client port cache (kernels of
+  different workers are not kept apart), Ray's own processes bind ephemeral ports,
+  and the first kernel of each worker had its ports chosen *before* the zygote was
+  started, so the window spanned the zygote's imports (seconds at the niceness 15
+  Ray gives its workers, on a busy machine).
+- **The fix** (:mod:`nbcast.executor.zygote`, :mod:`nbcast.executor.zygote_server`,
+  :mod:`nbcast.executor.kernels`): the zygote is started before ports are chosen;
+  a forked kernel checks that it, not another process, listens on each of its ports
+  and is killed at once otherwise; a forked kernel's exit handlers are bounded (5 s);
+  the pool gives a run whose kernel failed to start up to two more starts; and a
+  zygote that cannot be started or does not answer a fork request within 30 s is
+  killed and the kernel started with ``Popen`` (a warning is logged), so no zygote
+  problem can hang a run.
+- **Ruled out** (checked inside Ray workers): the signal mask (Ray blocks ``SIGINT``
+  in its workers; the zygote's children clear their mask, plain kernels inherit it),
+  ``SIGCHLD`` handling, inherited descriptors (the zygote gets only stdio and its
+  socket), threads in the zygote (one: Ray sets ``OMP_NUM_THREADS``), the worker's
+  environment and working directory (sent with every fork), Ray killing or recycling
+  workers (the zygote exits with its worker; the next worker starts its own), and
+  stderr (Ray's per-worker log files, not a pipe).
 """
 
 from __future__ import annotations
@@ -47,9 +84,10 @@ def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
 
     global _POOL
     if _POOL is None and os.environ.get("NBCAST_RAY_WARM_KERNELS", "1") == "1":
-        # Plain (not zygote-forked) kernels inside Ray workers: a Ray worker process is
-        # Ray's to manage, and a fork server beside it has been seen to stall there.
-        _POOL = KernelPool(size=1, forked=False)
+        # Zygote-forked kernels unless NBCAST_RAY_FORKED_KERNELS=0 (module docstring);
+        # None keeps the pool's own switch, NBCAST_FORKED_KERNELS.
+        forked = None if os.environ.get("NBCAST_RAY_FORKED_KERNELS", "1") != "0" else False
+        _POOL = KernelPool(size=1, forked=forked)
     outcome = execute_attempt(job, pool=_POOL)
     node = ray.get_runtime_context().get_node_id()
     return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")
