@@ -40,6 +40,7 @@ handled the same way.
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -152,6 +153,7 @@ class Ledger:
         self.link_ttl = link_ttl
         self.stats = DeliveryStats()
         self._specs: dict[int, ReportSpec] = {}
+        self._digests: dict[str, str] = {}
 
     # -- claiming ---------------------------------------------------------------
 
@@ -275,9 +277,7 @@ class Ledger:
             return _Verdict(DeliveryState.FAILED, "render_failed")
         if row.only_if == "results" and not self._has_results(row):
             return _Verdict(DeliveryState.SUPPRESSED, "no_results")
-        digest = hashlib.sha256(
-            ";".join(f"{f}:{renditions[f].sha256}" for f in sorted(row.formats)).encode()
-        ).hexdigest()
+        digest = self._content_digest(row.notebook_sha)
         if row.only_if == "changed" and self._last_sent_digest(session, row) == digest:
             return _Verdict(DeliveryState.SUPPRESSED, "unchanged")
         message = self._message(session, row, report, renditions, now)
@@ -360,6 +360,26 @@ class Ledger:
             )
         )
         return None
+
+    def _content_digest(self, notebook_sha: str | None) -> str | None:
+        """What ``only_if: changed`` compares: a digest of what the report shows — its
+        cells' sources and outputs — and not of the rendered files, whose header
+        names the run and its time and so differs for every run."""
+        if notebook_sha is None:
+            return None
+        cached = self._digests.get(notebook_sha)
+        if cached is None:
+            notebook = json.loads(self.store.get(notebook_sha))
+            shown = [
+                [cell.get("source"), [_shown(o) for o in cell.get("outputs", [])]]
+                for cell in notebook.get("cells", [])
+                if "injected-parameters" not in cell.get("metadata", {}).get("tags", [])
+            ]
+            cached = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
+            if len(self._digests) > 10_000:
+                self._digests.clear()
+            self._digests[notebook_sha] = cached
+        return cached
 
     def _has_results(self, row: _Claimed) -> bool:
         if row.notebook_sha is None:
@@ -670,10 +690,14 @@ def retry_failed(session: Session, run_id: int, now: datetime) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def _shown(output: dict[str, Any]) -> Any:
+    """An output without what changes on every execution (counts, timings)."""
+    return {k: v for k, v in output.items() if k not in ("execution_count", "metadata")}
+
+
 def _error(exc: Exception) -> dict[str, Any]:
     error: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)[:2000]}
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         error["retry_after"] = retry_after
     return error
-

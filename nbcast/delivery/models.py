@@ -161,7 +161,8 @@ class Delivery(Base):
     died between send and record): check with the channel before sending again."""
     possible_duplicate: Mapped[bool] = mapped_column(default=False)
     content_sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
-    """A digest of what was sent (the attachments' hashes): ``only_if: changed``."""
+    """A digest of what the report showed (its cells and outputs, not the rendered
+    files, whose header differs for every run): ``only_if: changed`` compares it."""
     receipt: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

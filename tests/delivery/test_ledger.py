@@ -1,0 +1,251 @@
+"""The delivery ledger on SQLite and PostgreSQL: intake from the executor's outbox,
+one row per (run, channel, recipient), suppression rules, retries of only the failed
+recipients, unknown outcomes, and a broken renderer that touches nothing else."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from nbcast.clock import FixedClock
+from nbcast.db import Database
+from nbcast.delivery.channels.email import EmailChannel
+from nbcast.delivery.channels.link import LinkChannel
+from nbcast.delivery.intake import consume_outbox
+from nbcast.delivery.ledger import retry_failed
+from nbcast.delivery.links import verify_link
+from nbcast.delivery.models import Delivery, DeliveryAttempt, OutboxRow, Rendition
+from nbcast.delivery.renderers import Renderer
+from nbcast.delivery.report import ReportInfo
+from nbcast.delivery.unsubscribe import use_token
+from nbcast.errors import RenderError
+from tests.delivery.plane import SIGNER, Plane, receipts
+from tests.fakes.smtp import smtp_server
+
+T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def plane(db: Database, tmp_path: Path) -> Plane:
+    return Plane(db, FixedClock(T0), tmp_path)
+
+
+def _email(server: Any) -> EmailChannel:
+    return EmailChannel(server.host, server.port, sender="reports@example.com", timeout=5.0)
+
+
+def test_an_outbox_row_becomes_one_ledger_row_per_recipient_once(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [
+            {"channel": "link", "to": "cfo@example.com"},
+            {"channel": "email", "to": "cfo@example.com"},
+            {"channel": "email", "to": "ops@example.com"},
+        ],
+        outputs=("html", "csv"),
+    )
+    run_id = plane.succeed("sales")
+    with plane.db.session() as session:
+        assert consume_outbox(session, plane.clock.now()) == 1
+    with plane.db.session() as session:  # a replayed outbox row adds nothing
+        session.execute(sa.update(OutboxRow).values(consumed_at=None))
+    with plane.db.session() as session:
+        assert consume_outbox(session, plane.clock.now()) == 1
+        assert consume_outbox(session, plane.clock.now()) == 0
+        deliveries = session.execute(
+            sa.select(Delivery.channel, Delivery.recipient, Delivery.state).order_by(Delivery.id)
+        ).all()
+        formats = sorted(session.scalars(sa.select(Rendition.format)))
+    assert [tuple(d) for d in deliveries] == [
+        ("link", "cfo@example.com", "PENDING"),
+        ("email", "cfo@example.com", "PENDING"),
+        ("email", "ops@example.com", "PENDING"),
+    ]
+    assert formats == ["csv", "html"]
+    assert all(r["run_id"] == run_id for r in receipts(plane))
+
+
+def test_a_report_is_emailed_with_its_attachments_and_headers(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [{"channel": "email", "to": "cfo@example.com", "formats": ["csv"]}],
+        outputs=("html", "csv"),
+    )
+    run_id = plane.succeed("sales", marker="revenue is up")
+    with smtp_server() as server:
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        [mail] = server.messages
+    message: EmailMessage = mail.mail
+    assert message["Subject"] == f"sales — run {run_id}"
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    unsubscribe = str(message["List-Unsubscribe"]).strip("<>")
+    assert unsubscribe.startswith("https://reports.example.com/nbcast/unsubscribe/k1.")
+    assert f"nbcast-d1-r{run_id}" in str(message["Message-ID"])
+    html = message.get_body(("html",))
+    assert html is not None
+    assert "revenue is up" in html.get_content()
+    [attachment] = list(message.iter_attachments())
+    assert attachment.get_filename().endswith(".csv")
+    content = attachment.get_content()
+    text = content.decode() if isinstance(content, bytes) else content
+    assert text.splitlines()[:2] == ["region,sales", "r0,0"]
+    [row] = receipts(plane)
+    assert (row["state"], row["attempt"]) == ("SENT", 1)
+    assert str(row["receipt"]).find("250") >= 0  # the server's acceptance is the evidence
+    # The one-click token in the header unsubscribes; the next run is suppressed.
+    with plane.db.session() as session:
+        use_token(session, SIGNER, unsubscribe.rsplit("/", 1)[1], plane.clock.now())
+    plane.succeed("sales")
+    with smtp_server() as server:
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        assert server.messages == []
+    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("SENT", None),
+        ("SUPPRESSED", "unsubscribed"),
+    ]
+
+
+def test_only_failed_recipients_are_retried(plane: Plane) -> None:
+    recipients = [f"user{i}@example.com" for i in range(6)]
+    plane.publish("sales", [{"channel": "email", "to": r} for r in recipients])
+    plane.succeed("sales")
+    with smtp_server() as server:
+        server.refuse_next("451 4.3.0 busy", "451 4.3.0 busy")  # the first two sends
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        delivered = sorted(r for m in server.messages for r in m.rcpt_tos)
+    assert delivered == sorted(recipients)  # each exactly once
+    rows = receipts(plane)
+    assert all(r["state"] == "SENT" for r in rows)
+    assert sorted(r["attempt"] for r in rows) == [1, 1, 1, 1, 2, 2]
+    with plane.db.session() as session:
+        outcomes = sorted(session.scalars(sa.select(DeliveryAttempt.outcome)))
+    assert outcomes == ["RETRY", "RETRY"] + ["SENT"] * 6
+
+
+def test_a_permanent_refusal_fails_and_can_be_retried_by_hand(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [{"channel": "email", "to": "gone@example.com"}, {"channel": "email", "to": "ok@example.com"}],
+    )
+    run_id = plane.succeed("sales")
+    refused = {"gone@example.com": "550 5.1.1 no such mailbox"}
+    with smtp_server(refuse_recipients=refused) as server:
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        assert [m.rcpt_tos for m in server.messages] == [("ok@example.com",)]
+    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("FAILED", "refused"),
+        ("SENT", None),
+    ]
+    with plane.db.session() as session:
+        assert retry_failed(session, run_id, plane.clock.now()) == 1
+    with smtp_server() as server:  # the mailbox exists again
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        assert [m.rcpt_tos for m in server.messages] == [("gone@example.com",)]
+    assert [r["state"] for r in receipts(plane)] == ["SENT", "SENT"]
+
+
+def test_a_newer_slot_supersedes_an_older_one(plane: Plane) -> None:
+    plane.publish("sales", [{"channel": "link", "to": "cfo@example.com"}])
+    older = plane.succeed("sales")
+    plane.clock.advance(timedelta(hours=1))
+    newer = plane.succeed("sales")
+    ledger, renders = plane.ledger({"link": LinkChannel()}), plane.renders()
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+        session.execute(sa.update(Delivery).where(Delivery.run_id == older).values(
+            not_before=plane.clock.now() + timedelta(minutes=30)))  # the older one is late
+    plane.pump(ledger, renders)
+    by_run = {r["run_id"]: (r["state"], r["reason"]) for r in receipts(plane)}
+    assert by_run == {newer: ("SENT", None), older: ("SUPPRESSED", "superseded")}
+
+
+def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:
+    every_day = {"cron": "0 7 * * *", "timezone": "Europe/Berlin"}
+    plane.publish(
+        "banner",
+        [{"channel": "link", "to": "a@example.com"}],
+        schedule={**every_day, "staleness": {"after": "40m", "action": "banner"}},
+    )
+    plane.publish(
+        "quiet",
+        [{"channel": "link", "to": "a@example.com"}],
+        schedule={**every_day, "staleness": {"after": "40m", "action": "suppress"}},
+    )
+    plane.succeed("banner")
+    plane.succeed("quiet")
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.clock.advance(timedelta(hours=1))  # both are now later than 40 minutes
+    plane.pump(plane.ledger({"link": LinkChannel()}), plane.renders())
+    rows = receipts(plane)
+    assert [(r["state"], r["reason"]) for r in rows] == [("SENT", None), ("SUPPRESSED", "stale")]
+    with plane.db.session() as session:
+        late = session.execute(
+            sa.select(Rendition.variant, Rendition.state, Rendition.sha256)
+        ).all()
+        link_url = rows[0]["receipt"]["links"][0]
+        link = verify_link(session, SIGNER, link_url.rsplit("/", 1)[1], plane.clock.now())
+    variants = {(v, s) for v, s, _ in late}
+    assert ("late", "DONE") in variants
+    late_sha = next(sha for v, _, sha in late if v == "late")
+    assert link.sha256 == late_sha  # the link points at the bannered rendition
+    assert b"late" in plane.store.get(late_sha).lower()
+
+
+def test_conditional_sends(plane: Plane) -> None:
+    plane.publish("results", [{"channel": "link", "to": "a@example.com", "only_if": "results"}])
+    plane.publish("changes", [{"channel": "link", "to": "a@example.com", "only_if": "changed"}])
+    ledger, renders = plane.ledger({"link": LinkChannel()}), plane.renders()
+    plane.succeed("results", rows=0)
+    plane.succeed("results", rows=2)
+    plane.succeed("changes", marker="same")
+    plane.pump(ledger, renders)
+    plane.clock.advance(timedelta(minutes=5))
+    plane.succeed("changes", marker="same")  # byte-identical report
+    plane.pump(ledger, renders)
+    plane.clock.advance(timedelta(minutes=5))
+    plane.succeed("changes", marker="different")
+    plane.pump(ledger, renders)
+    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("SUPPRESSED", "no_results"),
+        ("SENT", None),
+        ("SENT", None),
+        ("SUPPRESSED", "unchanged"),
+        ("SENT", None),
+    ]
+
+
+class _Broken(Renderer):
+    name = "html"
+    media_type = "text/html"
+    extension = "html"
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def render(self, notebook: Any, report: ReportInfo) -> bytes:
+        if self.mode == "hang":
+            time.sleep(60)
+        raise RenderError("this renderer is broken on purpose")
+
+
+@pytest.mark.parametrize("mode", ["raise", "hang"])
+def test_a_broken_renderer_fails_deliveries_and_nothing_else(plane: Plane, mode: str) -> None:
+    plane.publish("sales", [{"channel": "link", "to": "a@example.com"}])
+    run_ids = [plane.succeed("sales"), plane.succeed("sales")]
+    renders = plane.renders(lambda name: _Broken(mode), timeout=1.0, max_attempts=2)
+    plane.pump(plane.ledger({"link": LinkChannel()}), renders)
+    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [("FAILED", "render_failed")] * 2
+    with plane.db.session() as session:
+        errors = list(session.scalars(sa.select(Rendition.error)))
+        states = set(session.execute(sa.text("SELECT state FROM runs")).scalars())
+    expected = "RenderError" if mode == "raise" else "RenderTimeout"
+    assert all(e is not None and e["error"] == expected for e in errors)
+    assert states == {"SUCCEEDED"}  # the executor's rows are untouched
+    assert len(run_ids) == 2
