@@ -472,8 +472,9 @@ class Ledger:
         if row.outcome_unknown:
             try:
                 found = channel.check(verdict.message)
-            except ChannelError:
-                found = None
+            except ChannelError as exc:  # cannot look right now: look again later
+                self._retry(row, channel, exc, unknown=True)
+                return
             if found is not None:
                 self._sent(row, found, verdict, outcome="FOUND", duplicate=False)
                 self.stats.found += 1

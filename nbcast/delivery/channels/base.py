@@ -92,7 +92,9 @@ class Channel(ABC):
 
     def check(self, message: Message) -> Receipt | None:
         """Whether an earlier attempt at ``message`` arrived: its receipt if it did,
-        None if it did not or this channel cannot tell."""
+        None if it did not or this channel cannot tell. A
+        :class:`~nbcast.errors.ChannelError` means it cannot look *now* (the ledger
+        looks again later rather than risk a second copy)."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook, most channels hold nothing

@@ -1,0 +1,276 @@
+"""The ``slack`` channel: ``chat.postMessage``, then the files in the message's thread.
+
+A send posts one message to the recipient (a channel id such as ``C0123ABCD``; a name
+such as ``#reports`` can be posted to, but see :meth:`SlackChannel.check`) carrying
+``metadata = {"event_type": "nbcast_delivery", "event_payload": {"key": <ledger
+key>}}`` and the key again in a context block, then uploads the attachments with
+``files_upload_v2`` (``files.getUploadURLExternal``, a POST of the bytes,
+``files.completeUploadExternal`` with ``channel_id`` and ``thread_ts``) into that
+message's thread. The receipt records ``channel`` and ``ts`` (what Slack needs to
+find, edit or delete the message) and the uploaded file ids.
+
+Error mapping:
+
+=====================================================  =================================
+What happened                                          Raised
+=====================================================  =================================
+HTTP 429 still after the client's own wait-and-retry   TransientChannelError(retry_after
+(or a ``Retry-After`` longer than ``max_rate_limit_    = the ``Retry-After`` header)
+wait``), ``ratelimited``
+HTTP 5xx, ``internal_error``, ``fatal_error``,         TransientChannelError
+``service_unavailable``, ``request_timeout``;
+connection refused, DNS, TLS (nothing was sent)
+``channel_not_found``, ``not_in_channel``,             PermanentChannelError
+``invalid_auth``, ``is_archived`` and every other
+``ok: false`` error
+a timeout or disconnect while waiting for the answer   OutcomeUnknownError
+to ``chat.postMessage``
+=====================================================  =================================
+
+Retries: the client gets a :class:`~slack_sdk.http_retry.RateLimitErrorRetryHandler`
+(once, by default) because a 429 means Slack did nothing, and a short wait inside
+the send is cheaper than a round through the ledger. It gets *no*
+connection-error handler (slack_sdk's default one): that handler retries a request
+whose answer was lost, which for ``chat.postMessage`` is how a report gets posted
+twice — the ledger's :meth:`check` is the safe way back from that.
+
+Files: once the message is posted the delivery has happened; a failed upload is
+recorded in the receipt (``files_error``) rather than raised, since a retry would
+post the message again.
+
+Thread-safety: slack_sdk's ``WebClient`` opens a connection per request and keeps
+no per-request state on the client, so one channel may be shared by threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any, ClassVar, cast
+from urllib.error import URLError
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry import RateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web import SlackResponse
+
+from nbcast.delivery.channels.base import Channel, Message, Receipt
+from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
+
+__all__ = ["EVENT_TYPE", "SlackChannel"]
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = "nbcast_delivery"
+"""The ``event_type`` of the message metadata nbcast attaches to every post."""
+
+_TRANSIENT_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+_HISTORY_SLACK = timedelta(minutes=10)
+"""How far before the run's end :meth:`SlackChannel.check` looks (clock skew)."""
+
+
+class _BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
+    """Waits out a 429 inside the send only when Slack asks for a short wait; a long
+    one goes back to the ledger (as ``retry_after``) instead of holding a worker."""
+
+    def __init__(self, max_retry_count: int, max_wait: float) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.max_wait = max_wait
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is None or response.status_code != 429:
+            return False
+        wait = _retry_after(response.headers)
+        return wait is not None and wait <= self.max_wait
+
+
+class SlackChannel(Channel):
+    """Posts reports to Slack conversations (module docstring)."""
+
+    name: ClassVar[str] = "slack"
+    verifiable: ClassVar[bool] = True  # check() reads the channel's history
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = "https://slack.com/api/",
+        timeout: float = 10.0,
+        upload_files: bool = True,
+        history_limit: int = 100,
+        rate_limit_retries: int = 1,
+        max_rate_limit_wait: float = 5.0,
+    ) -> None:
+        self.upload_files = upload_files
+        self.history_limit = history_limit
+        # urllib takes a float timeout; slack_sdk annotates it as int.
+        self.client = WebClient(
+            token=token, base_url=base_url, timeout=cast(int, timeout), retry_handlers=[]
+        )
+        if rate_limit_retries > 0:
+            self.client.retry_handlers.append(
+                _BoundedRateLimitRetryHandler(rate_limit_retries, max_rate_limit_wait)
+            )
+
+    def send(self, message: Message) -> Receipt:
+        """Post ``message`` and upload its files (error mapping: module docstring)."""
+        try:
+            posted = self.client.chat_postMessage(
+                channel=message.recipient,
+                text=message.text or message.subject,
+                blocks=blocks(message),
+                metadata={"event_type": EVENT_TYPE, "event_payload": {"key": message.key}},
+                unfurl_links=False,
+            )
+        except (TimeoutError, ConnectionError) as exc:
+            # Raised while reading the answer: the request itself went out.
+            raise OutcomeUnknownError(f"Slack did not answer chat.postMessage: {exc}") from exc
+        except Exception as exc:
+            raise _mapped(exc) from exc
+        channel, ts = str(posted["channel"]), str(posted["ts"])
+        detail: dict[str, Any] = {"channel": channel, "ts": ts}
+        if self.upload_files and message.attachments:
+            try:
+                uploaded = self.client.files_upload_v2(
+                    file_uploads=[
+                        {"filename": a.filename, "content": a.content, "title": a.filename}
+                        for a in message.attachments
+                    ],
+                    channel=channel,
+                    thread_ts=ts,
+                )
+                detail["files"] = [str(f["id"]) for f in uploaded.get("files") or []]
+            except Exception as exc:
+                log.warning("delivery %s: posted as %s but files failed: %s", message.key, ts, exc)
+                detail["files_error"] = str(exc)
+        return Receipt(detail)
+
+    def check(self, message: Message) -> Receipt | None:
+        """The receipt of an earlier post of ``message``, found in the conversation's
+        recent history (``history_limit`` messages since shortly before the run
+        ended) by its metadata key or, failing that, the key in its text or blocks.
+
+        None when it is not there — or when the history cannot be read for good
+        (``missing_scope``, or a recipient given by name, which
+        ``conversations.history`` does not accept): the ledger then sends again and
+        marks a possible duplicate. A transient failure to look raises
+        :class:`~nbcast.errors.TransientChannelError`, so that a resend is not decided
+        on a history nobody could read.
+        """
+        oldest = message.report.finished_at - _HISTORY_SLACK
+        try:
+            history = self.client.conversations_history(
+                channel=message.recipient,
+                limit=self.history_limit,
+                oldest=f"{oldest.timestamp():.6f}",
+                include_all_metadata=True,
+            )
+        except (TimeoutError, ConnectionError) as exc:
+            raise TransientChannelError(f"Slack history could not be read: {exc}") from exc
+        except Exception as exc:
+            mapped = _mapped(exc)
+            if isinstance(mapped, TransientChannelError):
+                raise mapped from exc
+            log.warning("delivery %s: cannot look in Slack history: %s", message.key, exc)
+            return None
+        found: dict[str, Any] | None = None
+        for item in history.get("messages") or []:
+            metadata = item.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == EVENT_TYPE and payload.get("key") == message.key:
+                found = {"found_by": "metadata", **_posted(item, message)}
+                break
+            if found is None and message.key in _visible_text(item):
+                found = {"found_by": "text", **_posted(item, message)}
+        return None if found is None else Receipt(found)
+
+    def close(self) -> None:
+        """Nothing to release: the client holds no connections between requests."""
+
+
+def blocks(message: Message) -> list[dict[str, Any]]:
+    """The Block Kit blocks of a post: title, summary, links, and a context line that
+    carries the ledger key (so :meth:`SlackChannel.check` finds it without metadata)."""
+    report = message.report
+    out: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": message.subject[:150]}},
+    ]
+    if report.late_by is not None:
+        minutes = int(report.late_by.total_seconds() // 60)
+        out.append(_context(f":warning: Delivered {minutes} min after it was due."))
+    if message.text:
+        out.append(
+            {"type": "section", "text": {"type": "mrkdwn", "text": _escape(message.text)[:3000]}}
+        )
+    if message.links:
+        lines = "\n".join(f"<{url}>" for url in message.links)
+        out.append({"type": "section", "text": {"type": "mrkdwn", "text": lines[:3000]}})
+    out.append(
+        _context(
+            f"nbcast · {_escape(report.tenant)}/{_escape(report.definition)} "
+            f"v{report.version} · run {report.run_id} · `{message.key}`"
+        )
+    )
+    return out
+
+
+def _context(text: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+
+
+def _escape(text: str) -> str:
+    """Slack's mrkdwn escaping: ``&``, ``<`` and ``>`` only."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _visible_text(item: dict[str, Any]) -> str:
+    return str(item.get("text") or "") + json.dumps(item.get("blocks") or [])
+
+
+def _posted(item: dict[str, Any], message: Message) -> dict[str, Any]:
+    return {"channel": str(item.get("channel") or message.recipient), "ts": str(item["ts"])}
+
+
+def _retry_after(headers: dict[str, Any]) -> float | None:
+    """Seconds from a ``Retry-After`` header (slack_sdk hands values as str or list)."""
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            raw = value[0] if isinstance(value, list) else value
+            try:
+                return max(0.0, float(raw))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _mapped(exc: Exception) -> TransientChannelError | PermanentChannelError:
+    """The channel error for a failure where Slack answered, or nothing was sent."""
+    if isinstance(exc, SlackApiError):
+        response: SlackResponse = exc.response
+        status = response.status_code
+        error = response.get("error") if isinstance(response.data, dict) else None
+        if status == 429 or error == "ratelimited":
+            return TransientChannelError(
+                "Slack rate limit", retry_after=_retry_after(dict(response.headers))
+            )
+        if status >= 500:
+            return TransientChannelError(f"Slack answered HTTP {status}")
+        if error in _TRANSIENT_ERRORS:
+            return TransientChannelError(f"Slack error: {error}")
+        return PermanentChannelError(f"Slack error: {error or f'HTTP {status}'}")
+    if isinstance(exc, URLError | SlackClientError | OSError):
+        return TransientChannelError(f"Slack could not be reached: {exc}")
+    return TransientChannelError(f"Slack request failed: {exc!r}")
