@@ -15,7 +15,9 @@ from nbcast.cli import AppContext, _emit_json, _table, _when, cli, pass_app
 __all__: list[str] = []
 
 
-def _plane(app: AppContext, name: str | None = None) -> tuple[Any, Any]:
+def _plane(
+    app: AppContext, name: str | None = None, *, lease_seconds: float = 120.0
+) -> tuple[Any, Any]:
     """The ledger and the render queue, configured from the environment."""
     from nbcast.artifacts import LocalArtifactStore
     from nbcast.delivery.ledger import Ledger
@@ -34,6 +36,7 @@ def _plane(app: AppContext, name: str | None = None) -> tuple[Any, Any]:
         owner=owner,
         base_url=settings.base_url,
         link_ttl=settings.link_ttl,
+        lease_seconds=lease_seconds,
     )
     return ledger, RenderQueue(app.db, app.clock, store, owner=owner)
 
@@ -46,15 +49,24 @@ def _plane(app: AppContext, name: str | None = None) -> tuple[Any, Any]:
     help="Exit once nothing is left to consume, render or send (retries included).",
 )
 @click.option("--poll", type=float, default=1.0, show_default=True, help="Seconds between passes.")
+@click.option(
+    "--lease-seconds",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="How long a send may take before another worker treats its outcome as unknown.",
+)
 @pass_app
-def delivery_worker(app: AppContext, name: str | None, exit_when_idle: bool, poll: float) -> None:
+def delivery_worker(
+    app: AppContext, name: str | None, exit_when_idle: bool, poll: float, lease_seconds: float
+) -> None:
     """Render succeeded runs and deliver them to their subscribers; stop with SIGTERM."""
     from nbcast.delivery.worker import DeliveryWorker
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    ledger, renders = _plane(app, name)
+    ledger, renders = _plane(app, name, lease_seconds=lease_seconds)
     service = DeliveryWorker(app.db, app.clock, ledger, renders, poll_interval=poll)
     service.install_signal_handlers()
     try:
