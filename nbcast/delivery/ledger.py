@@ -48,11 +48,12 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from nbcast.artifacts import ArtifactStore
 from nbcast.clock import Clock
-from nbcast.db import Database, insert_ignore
+from nbcast.db import Database, UTCDateTime, insert_ignore
 from nbcast.definitions.spec import ReportSpec, StalenessAction
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
 from nbcast.delivery.intake import spec_of
@@ -81,6 +82,29 @@ from nbcast.retry import backoff
 __all__ = ["DeliveryStats", "Ledger", "retry_failed"]
 
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
+# One answer recorded in one round trip on PostgreSQL: the fenced ledger row and its
+# attempt; set_config (evaluated once, in FROM) makes this commit asynchronous.
+_RECORD = sa.text(
+    "WITH d AS (UPDATE deliveries SET state = :state, reason = :reason, "
+    "not_before = COALESCE(:not_before, not_before), receipt = COALESCE(:receipt, receipt), "
+    "error = :error, sent_at = COALESCE(:sent_at, sent_at), "
+    "content_sha256 = COALESCE(:content, content_sha256), outcome_unknown = :unknown, "
+    "possible_duplicate = possible_duplicate OR :duplicate, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now "
+    "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async "
+    "WHERE id = :id AND attempt = :attempt AND lease_owner = :owner AND state = 'SENDING' "
+    "RETURNING id), "
+    "a AS (UPDATE delivery_attempts SET ended_at = :now, outcome = :outcome, detail = :detail "
+    "WHERE delivery_id IN (SELECT id FROM d) AND attempt = :attempt) "
+    "SELECT count(*) FROM d"
+).bindparams(
+    sa.bindparam("now", type_=UTCDateTime()),
+    sa.bindparam("not_before", type_=UTCDateTime()),
+    sa.bindparam("sent_at", type_=UTCDateTime()),
+    sa.bindparam("receipt", type_=postgresql.JSONB(none_as_null=True)),
+    sa.bindparam("error", type_=postgresql.JSONB(none_as_null=True)),
+    sa.bindparam("detail", type_=postgresql.JSONB(none_as_null=True)),
+)
 _ATTEMPTS = cast(sa.Table, DeliveryAttempt.__table__)
 
 
@@ -113,6 +137,53 @@ class _Claimed:
     outcome_unknown: bool
     version_id: int
     notebook_sha: str | None
+
+
+@dataclass
+class _Facts:
+    """What the verdicts of one claimed batch need, read in three queries."""
+
+    unsubscribed: set[tuple[int, str, str, str]]
+    newest_sent: dict[tuple[int, str, str], datetime]
+    renditions: dict[int, list[Rendition]]
+
+    @classmethod
+    def load(cls, session: Session, claimed: list[_Claimed]) -> _Facts:
+        recipients = sorted({r.recipient for r in claimed})
+        unsubscribed = {
+            (t, scope, c, r)
+            for t, scope, c, r in session.execute(
+                sa.select(
+                    Unsubscription.tenant_id,
+                    Unsubscription.scope,
+                    Unsubscription.channel,
+                    Unsubscription.recipient,
+                ).where(Unsubscription.recipient.in_(recipients))
+            )
+        }
+        newest = {
+            (d, c, r): when
+            for d, c, r, when in session.execute(
+                sa.select(
+                    Delivery.definition_id,
+                    Delivery.channel,
+                    Delivery.recipient,
+                    sa.func.max(Delivery.fire_at),
+                )
+                .where(
+                    Delivery.definition_id.in_(sorted({r.definition_id for r in claimed})),
+                    Delivery.recipient.in_(recipients),
+                    Delivery.state == DeliveryState.SENT.value,
+                )
+                .group_by(Delivery.definition_id, Delivery.channel, Delivery.recipient)
+            )
+        }
+        renditions: dict[int, list[Rendition]] = {}
+        for rendition in session.scalars(
+            sa.select(Rendition).where(Rendition.run_id.in_(sorted({r.run_id for r in claimed})))
+        ):
+            renditions.setdefault(rendition.run_id, []).append(rendition)
+        return cls(unsubscribed, newest, renditions)
 
 
 @dataclass
@@ -154,6 +225,7 @@ class Ledger:
         self.stats = DeliveryStats()
         self._specs: dict[int, ReportSpec] = {}
         self._digests: dict[str, str] = {}
+        self._conn: sa.Connection | None = None
 
     # -- claiming ---------------------------------------------------------------
 
@@ -230,35 +302,47 @@ class Ledger:
         if not claimed:
             return 0
         verdicts = self._decide(claimed)
-        for row in claimed:
-            verdict = verdicts[row.id]
-            if verdict.state is not None:
-                self._finish(row, verdict.state, verdict.reason, outcome=verdict.state.value)
-                continue
-            if verdict.message is None:  # waiting for the late renditions: back, as it was
-                self._release(row)
-                continue
-            self._send(row, verdict)
+        with self.db.engine.connect() as conn:  # one connection records the whole batch
+            self._conn = conn
+            try:
+                for row in claimed:
+                    verdict = verdicts[row.id]
+                    if verdict.state is not None:
+                        self._finish(
+                            row, verdict.state, verdict.reason, outcome=verdict.state.value
+                        )
+                    elif verdict.message is None:  # waiting for the late renditions
+                        self._release(row)
+                    else:
+                        self._send(row, verdict)
+            finally:
+                self._conn = None
         return len(claimed)
 
     def _decide(self, claimed: list[_Claimed]) -> dict[int, _Verdict]:
+        """Verdicts for a claimed batch, from a few queries for the whole batch."""
         now = self.clock.now()
         verdicts: dict[int, _Verdict] = {}
         with self.db.session() as session:
             infos = report_infos(session, sorted({r.run_id for r in claimed}))
+            facts = _Facts.load(session, claimed)
             for row in claimed:
-                verdicts[row.id] = self._verdict(session, row, infos[row.run_id], now)
+                verdicts[row.id] = self._verdict(session, row, infos[row.run_id], facts, now)
         return verdicts
 
     def _verdict(
-        self, session: Session, row: _Claimed, report: ReportInfo, now: datetime
+        self, session: Session, row: _Claimed, report: ReportInfo, facts: _Facts, now: datetime
     ) -> _Verdict:
         spec = spec_of(session, row.version_id, self._specs)
         if row.channel not in self.channels:
             return _Verdict(DeliveryState.FAILED, "no_channel")
-        if self._unsubscribed(session, row, report.definition):
+        opted_out = {
+            (row.tenant_id, scope, row.channel, row.recipient) for scope in ("*", report.definition)
+        }
+        if opted_out & facts.unsubscribed:
             return _Verdict(DeliveryState.SUPPRESSED, "unsubscribed")
-        if self._superseded(session, row):
+        newest = facts.newest_sent.get((row.definition_id, row.channel, row.recipient))
+        if newest is not None and newest > row.fire_at:
             return _Verdict(DeliveryState.SUPPRESSED, "superseded")
         variant = ""
         schedule = spec.schedule
@@ -270,7 +354,7 @@ class Ledger:
             if schedule.staleness_action is StalenessAction.suppress:
                 return _Verdict(DeliveryState.SUPPRESSED, "stale")
             variant = "late"
-        renditions = self._renditions(session, row, variant)
+        renditions = self._renditions(session, row, variant, facts.renditions.get(row.run_id, []))
         if renditions is None:  # late renditions asked for: deliver once they are ready
             return _Verdict(variant=variant)
         if any(r.state == "FAILED" for r in renditions.values()):
@@ -282,35 +366,6 @@ class Ledger:
             return _Verdict(DeliveryState.SUPPRESSED, "unchanged")
         message = self._message(session, row, report, renditions, now)
         return _Verdict(message=message, content_sha256=digest, variant=variant)
-
-    def _unsubscribed(self, session: Session, row: _Claimed, definition: str) -> bool:
-        return bool(
-            session.scalar(
-                sa.select(
-                    sa.exists().where(
-                        Unsubscription.tenant_id == row.tenant_id,
-                        Unsubscription.scope.in_((definition, "*")),
-                        Unsubscription.channel == row.channel,
-                        Unsubscription.recipient == row.recipient,
-                    )
-                )
-            )
-        )
-
-    def _superseded(self, session: Session, row: _Claimed) -> bool:
-        return bool(
-            session.scalar(
-                sa.select(
-                    sa.exists().where(
-                        Delivery.definition_id == row.definition_id,
-                        Delivery.channel == row.channel,
-                        Delivery.recipient == row.recipient,
-                        Delivery.state == DeliveryState.SENT.value,
-                        Delivery.fire_at > row.fire_at,
-                    )
-                )
-            )
-        )
 
     def _last_sent_digest(self, session: Session, row: _Claimed) -> str | None:
         return session.scalar(
@@ -327,11 +382,10 @@ class Ledger:
         )
 
     def _renditions(
-        self, session: Session, row: _Claimed, variant: str
+        self, session: Session, row: _Claimed, variant: str, rows: list[Rendition]
     ) -> dict[str, Rendition] | None:
         """The renditions this delivery sends (plus the HTML body of an email), by
         format; for a late delivery the *late* ones, or None after asking for them."""
-        rows = list(session.scalars(sa.select(Rendition).where(Rendition.run_id == row.run_id)))
         wanted = set(row.formats) | ({"html"} if row.channel == "email" else set())
         base = {r.format: r for r in rows if r.variant == "" and r.format in wanted}
         if variant == "":
@@ -506,10 +560,42 @@ class Ledger:
         )
 
     def _write(self, row: _Claimed, values: dict[str, Any], attempt: dict[str, Any]) -> bool:
+        """Record one answer, fenced by attempt and lease owner; False if the lease was
+        lost. On PostgreSQL one statement updates the row and its attempt and the
+        commit does not wait for the WAL flush (module docstring)."""
+        conn = self._conn
+        if conn is None:
+            with self.db.engine.connect() as own:
+                self._conn = own
+                try:
+                    return self._write(row, values, attempt)
+                finally:
+                    self._conn = None
         now = self.clock.now()
-        with self.db.engine.begin() as conn:
+        with conn.begin():
             if self.db.dialect == "postgresql":
-                conn.execute(sa.text("SET LOCAL synchronous_commit TO off"))
+                return bool(
+                    conn.execute(
+                        _RECORD,
+                        {
+                            "id": row.id,
+                            "attempt": row.attempt,
+                            "owner": self.owner,
+                            "now": now,
+                            "state": values["state"],
+                            "reason": values.get("reason"),
+                            "not_before": values.get("not_before"),
+                            "receipt": values.get("receipt"),
+                            "error": values.get("error"),
+                            "sent_at": values.get("sent_at"),
+                            "content": values.get("content_sha256"),
+                            "unknown": bool(values.get("outcome_unknown", False)),
+                            "duplicate": bool(values.get("possible_duplicate", False)),
+                            "outcome": attempt["outcome"],
+                            "detail": attempt.get("detail"),
+                        },
+                    ).scalar()
+                )
             result = conn.execute(
                 sa.update(_DELIVERIES)
                 .where(self._fence(row))

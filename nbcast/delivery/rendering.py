@@ -118,8 +118,8 @@ def _child(
                 ref.sha256,
                 ref.size,
                 time.perf_counter() - started,
-                renderer.filename(report),
-                renderer.media_type,
+                renderer.filename_for(notebook, report),
+                renderer.media_type_for(notebook),
             )
         )
     except BaseException as exc:  # everything is reported, nothing escapes the child
@@ -197,6 +197,31 @@ class RenderQueue:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
+
+    def warm_up(self, formats: tuple[str, ...] = ("html", "pdf", "xlsx")) -> None:
+        """Render a one-cell notebook once in this process, so that every forked render
+        starts with the renderers imported and WeasyPrint's fonts loaded (about a
+        second per PDF otherwise). Failures are ignored: the real renders report them."""
+        import nbformat
+
+        notebook = nbformat.v4.new_notebook()
+        notebook.cells = [nbformat.v4.new_markdown_cell("warm-up")]
+        notebook.cells[0]["id"] = "warm-up"
+        now = self.clock.now()
+        report = ReportInfo(
+            tenant="-",
+            definition="warm-up",
+            version=1,
+            run_id=0,
+            slot_key=None,
+            fire_at=now,
+            finished_at=now,
+        )
+        for fmt in formats:
+            try:
+                self.lookup(fmt).render(notebook, report)
+            except Exception:
+                continue
 
     def _lease(self, limit: int) -> list[tuple[int, int, int, str, str, str | None]]:
         now = self.clock.now()

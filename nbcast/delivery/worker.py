@@ -110,6 +110,7 @@ class DeliveryWorker:
 
     def run(self, *, exit_when_idle: bool = False) -> None:
         """Loop until stopped (or, with ``exit_when_idle``, until :meth:`idle`)."""
+        self.renders.warm_up()
         while not self._stop.is_set():
             counts = self.step()
             if counts.busy:

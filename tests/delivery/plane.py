@@ -114,7 +114,9 @@ class Plane:
         )
 
     def renders(self, lookup: RendererLookup | None = None, **options: Any) -> RenderQueue:
-        return RenderQueue(self.db, self.clock, self.store, owner="test-render", lookup=lookup, **options)
+        return RenderQueue(
+            self.db, self.clock, self.store, owner="test-render", lookup=lookup, **options
+        )
 
     def pump(self, ledger: Ledger, renders: RenderQueue, *, rounds: int = 50) -> None:
         """Consume, render and deliver until nothing is left, moving the clock past

@@ -131,7 +131,10 @@ def test_only_failed_recipients_are_retried(plane: Plane) -> None:
 def test_a_permanent_refusal_fails_and_can_be_retried_by_hand(plane: Plane) -> None:
     plane.publish(
         "sales",
-        [{"channel": "email", "to": "gone@example.com"}, {"channel": "email", "to": "ok@example.com"}],
+        [
+            {"channel": "email", "to": "gone@example.com"},
+            {"channel": "email", "to": "ok@example.com"},
+        ],
     )
     run_id = plane.succeed("sales")
     refused = {"gone@example.com": "550 5.1.1 no such mailbox"}
@@ -158,8 +161,11 @@ def test_a_newer_slot_supersedes_an_older_one(plane: Plane) -> None:
     ledger, renders = plane.ledger({"link": LinkChannel()}), plane.renders()
     with plane.db.session() as session:
         consume_outbox(session, plane.clock.now())
-        session.execute(sa.update(Delivery).where(Delivery.run_id == older).values(
-            not_before=plane.clock.now() + timedelta(minutes=30)))  # the older one is late
+        session.execute(
+            sa.update(Delivery)
+            .where(Delivery.run_id == older)
+            .values(not_before=plane.clock.now() + timedelta(minutes=30))
+        )  # the older one is late
     plane.pump(ledger, renders)
     by_run = {r["run_id"]: (r["state"], r["reason"]) for r in receipts(plane)}
     assert by_run == {newer: ("SENT", None), older: ("SUPPRESSED", "superseded")}

@@ -42,3 +42,13 @@ class Renderer(ABC):
     def filename(self, report: ReportInfo) -> str:
         """The attachment's file name: ``daily-sales_2026-10-30T0700.pdf``."""
         return f"{report.stem}.{self.extension}"
+
+    def media_type_for(self, notebook: Any) -> str:
+        """The media type of what :meth:`render` returns for ``notebook``; a renderer
+        whose output kind depends on the content (CSV: one file, or a zip of several)
+        overrides this and :meth:`filename_for`."""
+        return self.media_type
+
+    def filename_for(self, notebook: Any, report: ReportInfo) -> str:
+        """The file name of what :meth:`render` returns for ``notebook``."""
+        return self.filename(report)

@@ -1,0 +1,185 @@
+"""Deliveries per second through the ledger to a local SMTP server.
+
+Prints JSON. A report with ``--recipients`` email subscriptions (default 2,000) runs
+``--runs`` times (default 2) through the executor's real queue on PostgreSQL; the
+delivery plane consumes the outbox and renders the HTML (not timed). Then one
+delivery worker drains the ledger — claim a batch, decide (unsubscribed,
+superseded, stale, conditions), send over one SMTP session, record each answer with
+its attempt row — to an aiosmtpd server running in its own process (``Sink``
+handler, so the server's own cost is the same for both sides).
+
+Side by side, the reference: the same number of messages, built once, sent with
+plain ``smtplib`` over one session to the same server — no database, no ledger. The
+ratio is what effectively-once bookkeeping costs per message. Target: ≥ 500
+deliveries/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import smtplib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from benchmarks._common import scratch_database, trivial_notebook
+from nbcast.artifacts import LocalArtifactStore
+from nbcast.clock import SystemClock
+from nbcast.db import Database
+from nbcast.definitions.versions import publish
+from nbcast.delivery.channels.email import EmailChannel
+from nbcast.delivery.intake import consume_outbox
+from nbcast.delivery.ledger import Ledger
+from nbcast.delivery.rendering import RenderQueue
+from nbcast.delivery.signing import Signer
+from nbcast.executor.queue import RunQueue
+from nbcast.scheduler.control import run_now
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _smtp_sink(port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiosmtpd",
+            "-n",
+            "-c",
+            "aiosmtpd.handlers.Sink",
+            "-l",
+            f"127.0.0.1:{port}",
+        ]
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the SMTP sink did not start")
+
+
+def _executed(marker: str) -> bytes:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(total)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{marker}\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Daily sales"), cell]
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i}"
+    return nbformat.writes(nb).encode()
+
+
+def prepare(url: str, folder: Path, recipients: int, runs: int) -> tuple[Database, Ledger, int]:
+    db = Database.open(url)
+    clock = SystemClock()
+    path = trivial_notebook(folder, "daily-sales")
+    nb = json.loads(path.read_text())
+    nb["metadata"]["nbcast"]["outputs"] = ["html"]
+    nb["metadata"]["nbcast"]["subscriptions"] = [
+        {"channel": "email", "to": f"user{i:05d}@example.com"} for i in range(recipients)
+    ]
+    path.write_text(json.dumps(nb))
+    publish(db, path, tenant="default", author="bench")
+    store = LocalArtifactStore(folder / "artifacts")
+    queue = RunQueue(db, clock, owner="bench")
+    for n in range(runs):
+        run_now(db, clock, "default", "daily-sales", {})
+        [lease] = queue.claim(1)
+        queue.start(lease)
+        queue.succeed(lease, artifact_sha256=store.put(_executed(f"run {n}")).sha256, duration_s=0)
+    with db.session() as session:
+        consume_outbox(session, clock.now(), limit=1000)
+    RenderQueue(db, clock, store, owner="bench").render_pending(100)
+    signer = Signer([("k1", "benchmark-signing-secret-0123")])
+    return db, Ledger(db, clock, store, {}, signer, owner="bench"), recipients * runs
+
+
+def run_nbcast(ledger: Ledger, port: int, total: int, batch: int) -> dict[str, Any]:
+    channel = EmailChannel("127.0.0.1", port, sender="reports@example.com", timeout=30)
+    ledger.channels = {"email": channel}
+    started = time.perf_counter()
+    while ledger.deliver_due(batch):
+        pass
+    elapsed = time.perf_counter() - started
+    channel.close()
+    sent = ledger.stats.sent
+    return {
+        "sent": sent,
+        "expected": total,
+        "seconds": round(elapsed, 2),
+        "deliveries_per_s": round(sent / elapsed),
+    }
+
+
+def run_reference(port: int, total: int) -> dict[str, Any]:
+    message = EmailMessage()
+    message["From"] = "reports@example.com"
+    message["To"] = "user@example.com"
+    message["Subject"] = "daily-sales"
+    message.set_content("daily sales")
+    message.add_alternative("<h1>Daily sales</h1>", subtype="html")
+    payload = message.as_bytes()
+    started = time.perf_counter()
+    with smtplib.SMTP("127.0.0.1", port) as smtp:
+        for i in range(total):
+            smtp.sendmail("reports@example.com", [f"user{i:05d}@example.com"], payload)
+    elapsed = time.perf_counter() - started
+    return {"sent": total, "seconds": round(elapsed, 2), "deliveries_per_s": round(total / elapsed)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--recipients", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=100, help="ledger rows per claim")
+    args = parser.parse_args()
+    port = _free_port()
+    sink = _smtp_sink(port)
+    try:
+        with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
+            db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs)
+            nbcast = run_nbcast(ledger, port, total, args.batch)
+            db.dispose()
+        reference = run_reference(port, total)
+    finally:
+        sink.terminate()
+        sink.wait(10)
+    print(
+        json.dumps(
+            {
+                "benchmark": "deliver",
+                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "database": "postgresql",
+                "recipients": args.recipients,
+                "runs": args.runs,
+                "batch": args.batch,
+                "nbcast": nbcast,
+                "reference_plain_smtplib": reference,
+                "nbcast_over_reference": round(
+                    nbcast["deliveries_per_s"] / reference["deliveries_per_s"], 3
+                ),
+                "target_deliveries_per_s": 500,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
