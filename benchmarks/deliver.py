@@ -6,11 +6,14 @@ delivery plane consumes the outbox and renders the HTML (not timed). Then one
 delivery worker drains the ledger — claim a batch, decide (unsubscribed,
 superseded, stale, conditions), send over one SMTP session, record each answer with
 its attempt row — to an aiosmtpd server running in its own process (``Sink``
-handler, so the server's own cost is the same for both sides).
+handler, so the server's own cost is the same for both sides). Sends go through
+``--senders`` threads (default 4, as ``nbcast delivery-worker``), each with its own
+SMTP session, and answers are recorded on a thread of their own.
 
 Side by side, the reference: the same number of messages, built once, sent with
-plain ``smtplib`` over one session to the same server — no database, no ledger. The
-ratio is what effectively-once bookkeeping costs per message. Target: ≥ 500
+plain ``smtplib`` to the same server — no database, no ledger — over one session, and
+over ``--senders`` sessions in as many threads (the like-for-like figure). The ratio
+is what effectively-once bookkeeping costs per message. Target: ≥ 500
 deliveries/s.
 """
 
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -85,7 +89,9 @@ def _executed(marker: str) -> bytes:
     return nbformat.writes(nb).encode()
 
 
-def prepare(url: str, folder: Path, recipients: int, runs: int) -> tuple[Database, Ledger, int]:
+def prepare(
+    url: str, folder: Path, recipients: int, runs: int, senders: int
+) -> tuple[Database, Ledger, int]:
     db = Database.open(url)
     clock = SystemClock()
     path = trivial_notebook(folder, "daily-sales")
@@ -107,17 +113,23 @@ def prepare(url: str, folder: Path, recipients: int, runs: int) -> tuple[Databas
         consume_outbox(session, clock.now(), limit=1000)
     RenderQueue(db, clock, store, owner="bench").render_pending(100)
     signer = Signer([("k1", "benchmark-signing-secret-0123")])
-    return db, Ledger(db, clock, store, {}, signer, owner="bench"), recipients * runs
+    ledger = Ledger(
+        db, clock, store, {}, signer, owner="bench", senders=senders, make_channels=dict
+    )
+    return db, ledger, recipients * runs
 
 
 def run_nbcast(ledger: Ledger, port: int, total: int, batch: int) -> dict[str, Any]:
-    channel = EmailChannel("127.0.0.1", port, sender="reports@example.com", timeout=30)
-    ledger.channels = {"email": channel}
+    def channels() -> dict[str, Any]:
+        return {"email": EmailChannel("127.0.0.1", port, sender="reports@example.com", timeout=30)}
+
+    ledger.channels = channels()
+    ledger._make_channels = channels
     started = time.perf_counter()
     while ledger.deliver_due(batch):
         pass
     elapsed = time.perf_counter() - started
-    channel.close()
+    ledger.close()
     sent = ledger.stats.sent
     return {
         "sent": sent,
@@ -127,7 +139,7 @@ def run_nbcast(ledger: Ledger, port: int, total: int, batch: int) -> dict[str, A
     }
 
 
-def run_reference(port: int, total: int) -> dict[str, Any]:
+def run_reference(port: int, total: int, sessions: int) -> dict[str, Any]:
     message = EmailMessage()
     message["From"] = "reports@example.com"
     message["To"] = "user@example.com"
@@ -135,12 +147,22 @@ def run_reference(port: int, total: int) -> dict[str, Any]:
     message.set_content("daily sales")
     message.add_alternative("<h1>Daily sales</h1>", subtype="html")
     payload = message.as_bytes()
+
+    def send(share: range) -> None:
+        with smtplib.SMTP("127.0.0.1", port) as smtp:
+            for i in share:
+                smtp.sendmail("reports@example.com", [f"user{i:05d}@example.com"], payload)
+
     started = time.perf_counter()
-    with smtplib.SMTP("127.0.0.1", port) as smtp:
-        for i in range(total):
-            smtp.sendmail("reports@example.com", [f"user{i:05d}@example.com"], payload)
+    with ThreadPoolExecutor(sessions) as pool:
+        list(pool.map(send, [range(k, total, sessions) for k in range(sessions)]))
     elapsed = time.perf_counter() - started
-    return {"sent": total, "seconds": round(elapsed, 2), "deliveries_per_s": round(total / elapsed)}
+    return {
+        "sent": total,
+        "sessions": sessions,
+        "seconds": round(elapsed, 2),
+        "deliveries_per_s": round(total / elapsed),
+    }
 
 
 def main() -> None:
@@ -148,15 +170,19 @@ def main() -> None:
     parser.add_argument("--recipients", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=100, help="ledger rows per claim")
+    parser.add_argument(
+        "--senders", type=int, default=4, help="parallel senders, one SMTP session each"
+    )
     args = parser.parse_args()
     port = _free_port()
     sink = _smtp_sink(port)
     try:
         with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
-            db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs)
+            db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs, args.senders)
             nbcast = run_nbcast(ledger, port, total, args.batch)
             db.dispose()
-        reference = run_reference(port, total)
+        reference_one = run_reference(port, total, 1)
+        reference = run_reference(port, total, args.senders)
     finally:
         sink.terminate()
         sink.wait(10)
@@ -169,7 +195,9 @@ def main() -> None:
                 "recipients": args.recipients,
                 "runs": args.runs,
                 "batch": args.batch,
+                "senders": args.senders,
                 "nbcast": nbcast,
+                "reference_plain_smtplib_one_session": reference_one,
                 "reference_plain_smtplib": reference,
                 "nbcast_over_reference": round(
                     nbcast["deliveries_per_s"] / reference["deliveries_per_s"], 3

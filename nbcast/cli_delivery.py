@@ -16,7 +16,7 @@ __all__: list[str] = []
 
 
 def _plane(
-    app: AppContext, name: str | None = None, *, lease_seconds: float = 120.0
+    app: AppContext, name: str | None = None, *, lease_seconds: float = 120.0, senders: int = 1
 ) -> tuple[Any, Any]:
     """The ledger and the render queue, configured from the environment."""
     from nbcast.artifacts import LocalArtifactStore
@@ -37,6 +37,8 @@ def _plane(
         base_url=settings.base_url,
         link_ttl=settings.link_ttl,
         lease_seconds=lease_seconds,
+        senders=senders,
+        make_channels=lambda: build_channels(settings),
     )
     return ledger, RenderQueue(app.db, app.clock, store, owner=owner)
 
@@ -56,9 +58,21 @@ def _plane(
     show_default=True,
     help="How long a send may take before another worker treats its outcome as unknown.",
 )
+@click.option(
+    "--senders",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Messages sent at once, each sender with its own connections (SMTP session).",
+)
 @pass_app
 def delivery_worker(
-    app: AppContext, name: str | None, exit_when_idle: bool, poll: float, lease_seconds: float
+    app: AppContext,
+    name: str | None,
+    exit_when_idle: bool,
+    poll: float,
+    lease_seconds: float,
+    senders: int,
 ) -> None:
     """Render succeeded runs and deliver them to their subscribers; stop with SIGTERM."""
     from nbcast.delivery.worker import DeliveryWorker
@@ -66,14 +80,13 @@ def delivery_worker(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    ledger, renders = _plane(app, name, lease_seconds=lease_seconds)
+    ledger, renders = _plane(app, name, lease_seconds=lease_seconds, senders=senders)
     service = DeliveryWorker(app.db, app.clock, ledger, renders, poll_interval=poll)
     service.install_signal_handlers()
     try:
         service.run(exit_when_idle=exit_when_idle)
     finally:
-        for channel in ledger.channels.values():
-            channel.close()
+        ledger.close()
     s = ledger.stats
     click.echo(
         f"delivery worker done: {s.sent} sent, {s.found} found already delivered, "

@@ -41,14 +41,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import socket
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from nbcast.artifacts import ArtifactStore
@@ -82,29 +85,59 @@ from nbcast.retry import backoff
 __all__ = ["DeliveryStats", "Ledger", "retry_failed"]
 
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
-# One answer recorded in one round trip on PostgreSQL: the fenced ledger row and its
-# attempt; set_config (evaluated once, in FROM) makes this commit asynchronous.
+# Answers recorded in one round trip on PostgreSQL: the fenced ledger rows and their
+# attempts, from arrays; set_config (evaluated once, in FROM) makes the commit
+# asynchronous. Returns the ids whose lease still held.
 _RECORD = sa.text(
-    "WITH d AS (UPDATE deliveries SET state = :state, reason = :reason, "
-    "not_before = COALESCE(:not_before, not_before), receipt = COALESCE(:receipt, receipt), "
-    "error = :error, sent_at = COALESCE(:sent_at, sent_at), "
-    "content_sha256 = COALESCE(:content, content_sha256), outcome_unknown = :unknown, "
-    "possible_duplicate = possible_duplicate OR :duplicate, lease_owner = NULL, "
+    "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
+    "CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:not_befores AS timestamptz[]), "
+    "CAST(:receipts AS text[]), CAST(:errors AS text[]), CAST(:sent_ats AS timestamptz[]), "
+    "CAST(:contents AS text[]), CAST(:unknowns AS boolean[]), CAST(:duplicates AS boolean[]), "
+    "CAST(:outcomes AS text[]), CAST(:details AS text[])) AS f(id, attempt, state, reason, "
+    "not_before, receipt, error, sent_at, content, unknown, duplicate, outcome, detail)), "
+    "d AS (UPDATE deliveries x SET state = f.state, reason = f.reason, "
+    "not_before = COALESCE(f.not_before, x.not_before), "
+    "receipt = COALESCE(CAST(f.receipt AS jsonb), x.receipt), error = CAST(f.error AS jsonb), "
+    "sent_at = COALESCE(f.sent_at, x.sent_at), "
+    "content_sha256 = COALESCE(f.content, x.content_sha256), outcome_unknown = f.unknown, "
+    "possible_duplicate = x.possible_duplicate OR f.duplicate, lease_owner = NULL, "
     "lease_expires_at = NULL, updated_at = :now "
-    "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async "
-    "WHERE id = :id AND attempt = :attempt AND lease_owner = :owner AND state = 'SENDING' "
-    "RETURNING id), "
-    "a AS (UPDATE delivery_attempts SET ended_at = :now, outcome = :outcome, detail = :detail "
-    "WHERE delivery_id IN (SELECT id FROM d) AND attempt = :attempt) "
-    "SELECT count(*) FROM d"
-).bindparams(
-    sa.bindparam("now", type_=UTCDateTime()),
-    sa.bindparam("not_before", type_=UTCDateTime()),
-    sa.bindparam("sent_at", type_=UTCDateTime()),
-    sa.bindparam("receipt", type_=postgresql.JSONB(none_as_null=True)),
-    sa.bindparam("error", type_=postgresql.JSONB(none_as_null=True)),
-    sa.bindparam("detail", type_=postgresql.JSONB(none_as_null=True)),
-)
+    "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
+    "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
+    "AND x.state = 'SENDING' RETURNING x.id), "
+    "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
+    "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
+    "WHERE y.delivery_id = f.id AND y.attempt = f.attempt) "
+    "SELECT id FROM d"
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+
+
+def _record_arrays(answers: list[_Answer], owner: str, now: datetime) -> dict[str, Any]:
+    def js(value: Any) -> str | None:
+        return None if value is None else json.dumps(value, default=str)
+
+    def utc(value: datetime | None) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    return {
+        "ids": [a.row.id for a in answers],
+        "attempts": [a.row.attempt for a in answers],
+        "states": [a.values["state"] for a in answers],
+        "reasons": [a.values.get("reason") for a in answers],
+        "not_befores": [utc(a.values.get("not_before")) for a in answers],
+        "receipts": [js(a.values.get("receipt")) for a in answers],
+        "errors": [js(a.values.get("error")) for a in answers],
+        "sent_ats": [utc(a.values.get("sent_at")) for a in answers],
+        "contents": [a.values.get("content_sha256") for a in answers],
+        "unknowns": [bool(a.values.get("outcome_unknown", False)) for a in answers],
+        "duplicates": [bool(a.values.get("possible_duplicate", False)) for a in answers],
+        "outcomes": [a.attempt["outcome"] for a in answers],
+        "details": [js(a.attempt.get("detail")) for a in answers],
+        "owner": owner,
+        "now": now,
+    }
+
+
 _ATTEMPTS = cast(sa.Table, DeliveryAttempt.__table__)
 
 
@@ -119,6 +152,25 @@ class DeliveryStats:
     suppressed: int = 0
     duplicates: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, name: str) -> None:
+        """Add one to the counter ``name`` (sender and recorder threads call this)."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def count_sent(self) -> None:
+        self.count("sent")
+
+    def count_retried(self) -> None:
+        self.count("retried")
+
+    def count_ended(self, failed: bool, reason: str | None) -> None:
+        self.count("failed" if failed else "suppressed")
+        if reason:
+            with self._lock:
+                self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
 
 @dataclass(frozen=True)
@@ -137,6 +189,70 @@ class _Claimed:
     outcome_unknown: bool
     version_id: int
     notebook_sha: str | None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One send's outcome, to be recorded."""
+
+    row: _Claimed
+    values: dict[str, Any]
+    attempt: dict[str, Any]
+    then: Callable[[], None] | None
+
+
+_GROUP_WINDOW = 0.005
+"""Seconds the recorder waits for more answers to write in the same transaction."""
+
+
+class _Recorder:
+    """Records a batch's answers on a thread of its own, so that recording overlaps
+    sending. Each answer is queued the moment its send returns and written within
+    :data:`_GROUP_WINDOW` of it, together with every answer that queued up by then, in
+    one transaction (group commit). A crash loses at most the answers in flight, and
+    those rows come back as unknown outcomes (module docstring) — the same as a crash
+    between a send and its record."""
+
+    def __init__(self, write: Callable[[sa.Connection, list[_Answer]], None], db: Database) -> None:
+        self._write = write
+        self._db = db
+        self._queue: queue.Queue[_Answer | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="nbcast-ledger-record", daemon=True)
+        self._thread.start()
+
+    def submit(self, answer: _Answer) -> None:
+        self._queue.put(answer)
+
+    def _loop(self) -> None:
+        with self._db.engine.connect() as conn:  # opened in this thread (SQLite wants that)
+            done = False
+            while not done:
+                first = self._queue.get()
+                answers = [] if first is None else [first]
+                done = first is None
+                deadline = time.monotonic() + _GROUP_WINDOW
+                while not done:  # what queued up meanwhile, or arrives within the window
+                    try:
+                        more = self._queue.get(timeout=max(deadline - time.monotonic(), 0))
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        done = True
+                    else:
+                        answers.append(more)
+                if answers and self._error is None:
+                    try:
+                        self._write(conn, answers)
+                    except BaseException as exc:  # reported by close()
+                        self._error = exc
+
+    def close(self) -> None:
+        """Wait until every answer is written; raise the first write that failed."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 @dataclass
@@ -212,6 +328,8 @@ class Ledger:
         base_url: str = "http://127.0.0.1:8888",
         lease_seconds: float = 120.0,
         link_ttl: timedelta = timedelta(days=7),
+        senders: int = 1,
+        make_channels: Callable[[], Mapping[str, Channel]] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -225,7 +343,16 @@ class Ledger:
         self.stats = DeliveryStats()
         self._specs: dict[int, ReportSpec] = {}
         self._digests: dict[str, str] = {}
-        self._conn: sa.Connection | None = None
+        self._blobs: dict[str, bytes] = {}
+        self._recorder: _Recorder | None = None
+        # Parallel sends: each sender thread has its own channels (its own SMTP
+        # session), made by make_channels; without it, sends are sequential.
+        self.senders = senders if make_channels is not None else 1
+        self._make_channels = make_channels
+        self._local = threading.local()
+        self._channel_sets: list[Mapping[str, Channel]] = [self.channels]
+        self._sets_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- claiming ---------------------------------------------------------------
 
@@ -302,22 +429,52 @@ class Ledger:
         if not claimed:
             return 0
         verdicts = self._decide(claimed)
-        with self.db.engine.connect() as conn:  # one connection records the whole batch
-            self._conn = conn
-            try:
-                for row in claimed:
-                    verdict = verdicts[row.id]
-                    if verdict.state is not None:
-                        self._finish(
-                            row, verdict.state, verdict.reason, outcome=verdict.state.value
-                        )
-                    elif verdict.message is None:  # waiting for the late renditions
-                        self._release(row)
-                    else:
-                        self._send(row, verdict)
-            finally:
-                self._conn = None
+        self._recorder = _Recorder(self._write_answers, self.db)
+        try:
+            sends = []
+            for row in claimed:
+                verdict = verdicts[row.id]
+                if verdict.state is not None:
+                    self._finish(row, verdict.state, verdict.reason, outcome=verdict.state.value)
+                elif verdict.message is None:  # waiting for the late renditions
+                    self._release(row)
+                else:
+                    sends.append((row, verdict))
+            if self.senders > 1 and len(sends) > 1:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.senders, thread_name_prefix="nbcast-send")
+                for future in [self._pool.submit(self._send, *item) for item in sends]:
+                    future.result()
+            else:
+                for item in sends:
+                    self._send(*item)
+        finally:
+            recorder, self._recorder = self._recorder, None
+            recorder.close()  # every answer of the batch is written before returning
         return len(claimed)
+
+    def _channels_here(self) -> Mapping[str, Channel]:
+        """This thread's channels: the ledger's own on the calling thread, a set of
+        its own (``make_channels``) on each sender thread."""
+        if threading.current_thread().name.startswith("nbcast-send") and self._make_channels:
+            mine: Mapping[str, Channel] | None = getattr(self._local, "channels", None)
+            if mine is None:
+                mine = self._local.channels = self._make_channels()
+                with self._sets_lock:
+                    self._channel_sets.append(mine)
+            return mine
+        return self.channels
+
+    def close(self) -> None:
+        """Stop the sender threads and close every channel."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        with self._sets_lock:
+            sets, self._channel_sets = self._channel_sets, [self.channels]
+        for channels in sets:
+            for channel in channels.values():
+                channel.close()
 
     def _decide(self, claimed: list[_Claimed]) -> dict[int, _Verdict]:
         """Verdicts for a claimed batch, from a few queries for the whole batch."""
@@ -415,6 +572,19 @@ class Ledger:
         )
         return None
 
+    def _blob(self, sha256: str) -> bytes:
+        """An artifact's bytes; the last few are kept, since a run's files go to every
+        recipient of the batch."""
+        with self._sets_lock:
+            data = self._blobs.get(sha256)
+        if data is None:
+            data = self.store.get(sha256)
+            with self._sets_lock:
+                if len(self._blobs) >= 16:
+                    self._blobs.pop(next(iter(self._blobs)))
+                self._blobs[sha256] = data
+        return data
+
     def _content_digest(self, notebook_sha: str | None) -> str | None:
         """What ``only_if: changed`` compares: a digest of what the report shows — its
         cells' sources and outputs — and not of the rendered files, whose header
@@ -459,7 +629,7 @@ class Ledger:
             rendition = renditions[fmt]
             assert rendition.sha256 is not None
             if fmt == "html" and row.channel == "email":
-                html_body = self.store.get(rendition.sha256).decode()
+                html_body = self._blob(rendition.sha256).decode()
                 if "html" not in row.formats:
                     continue
             if fmt in row.formats and row.channel in ("email", "slack"):
@@ -467,7 +637,7 @@ class Ledger:
                     Attachment(
                         filename=rendition.filename or f"{report.stem}.{fmt}",
                         media_type=rendition.media_type or "application/octet-stream",
-                        content=self.store.get(rendition.sha256),
+                        content=self._blob(rendition.sha256),
                     )
                 )
         links: list[str] = []
@@ -521,7 +691,7 @@ class Ledger:
 
     def _send(self, row: _Claimed, verdict: _Verdict) -> None:
         assert verdict.message is not None
-        channel = self.channels[row.channel]
+        channel = self._channels_here()[row.channel]
         duplicate = False
         if row.outcome_unknown:
             try:
@@ -531,7 +701,7 @@ class Ledger:
                 return
             if found is not None:
                 self._sent(row, found, verdict, outcome="FOUND", duplicate=False)
-                self.stats.found += 1
+                self.stats.count("found")
                 return
             duplicate = not channel.verifiable
         try:
@@ -559,58 +729,58 @@ class Ledger:
             Delivery.state == DeliveryState.SENDING.value,
         )
 
-    def _write(self, row: _Claimed, values: dict[str, Any], attempt: dict[str, Any]) -> bool:
-        """Record one answer, fenced by attempt and lease owner; False if the lease was
-        lost. On PostgreSQL one statement updates the row and its attempt and the
-        commit does not wait for the WAL flush (module docstring)."""
-        conn = self._conn
-        if conn is None:
-            with self.db.engine.connect() as own:
-                self._conn = own
-                try:
-                    return self._write(row, values, attempt)
-                finally:
-                    self._conn = None
+    def _write(
+        self,
+        row: _Claimed,
+        values: dict[str, Any],
+        attempt: dict[str, Any],
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """Record one answer (through the batch's recorder when there is one), then
+        call ``then`` if the row was still this worker's."""
+        answer = _Answer(row, values, attempt, then)
+        if self._recorder is not None:
+            self._recorder.submit(answer)
+        else:
+            with self.db.engine.connect() as conn:
+                self._write_answers(conn, [answer])
+
+    def _write_answers(self, conn: sa.Connection, answers: list[_Answer]) -> None:
+        """Record answers in one transaction, each fenced by attempt and lease owner
+        (a lost lease writes nothing). On PostgreSQL one statement updates the rows
+        and their attempts, and the commit does not wait for the WAL flush (module
+        docstring)."""
         now = self.clock.now()
+        kept: set[int] = set()
         with conn.begin():
             if self.db.dialect == "postgresql":
-                return bool(
+                kept = set(
+                    conn.execute(_RECORD, _record_arrays(answers, self.owner, now)).scalars()
+                )
+            else:
+                for answer in answers:
+                    row = answer.row
+                    result = conn.execute(
+                        sa.update(_DELIVERIES)
+                        .where(self._fence(row))
+                        .values(
+                            lease_owner=None, lease_expires_at=None, updated_at=now, **answer.values
+                        )
+                    )
+                    if not getattr(result, "rowcount", 0):
+                        continue  # the lease was lost: another worker has the row now
                     conn.execute(
-                        _RECORD,
-                        {
-                            "id": row.id,
-                            "attempt": row.attempt,
-                            "owner": self.owner,
-                            "now": now,
-                            "state": values["state"],
-                            "reason": values.get("reason"),
-                            "not_before": values.get("not_before"),
-                            "receipt": values.get("receipt"),
-                            "error": values.get("error"),
-                            "sent_at": values.get("sent_at"),
-                            "content": values.get("content_sha256"),
-                            "unknown": bool(values.get("outcome_unknown", False)),
-                            "duplicate": bool(values.get("possible_duplicate", False)),
-                            "outcome": attempt["outcome"],
-                            "detail": attempt.get("detail"),
-                        },
-                    ).scalar()
-                )
-            result = conn.execute(
-                sa.update(_DELIVERIES)
-                .where(self._fence(row))
-                .values(lease_owner=None, lease_expires_at=None, updated_at=now, **values)
-            )
-            if not getattr(result, "rowcount", 0):
-                return False  # the lease was lost: another worker has the row now
-            conn.execute(
-                sa.update(_ATTEMPTS)
-                .where(
-                    DeliveryAttempt.delivery_id == row.id, DeliveryAttempt.attempt == row.attempt
-                )
-                .values(ended_at=now, **attempt)
-            )
-        return True
+                        sa.update(_ATTEMPTS)
+                        .where(
+                            DeliveryAttempt.delivery_id == row.id,
+                            DeliveryAttempt.attempt == row.attempt,
+                        )
+                        .values(ended_at=now, **answer.attempt)
+                    )
+                    kept.add(row.id)
+        for answer in answers:
+            if answer.row.id in kept and answer.then is not None:
+                answer.then()
 
     def _sent(
         self, row: _Claimed, receipt: Receipt, verdict: _Verdict, *, outcome: str, duplicate: bool
@@ -626,12 +796,11 @@ class Ledger:
         }
         if duplicate:
             values["possible_duplicate"] = True
-            self.stats.duplicates += 1
+            self.stats.count("duplicates")
         detail = dict(receipt.detail)
         if verdict.variant:
             detail["variant"] = verdict.variant
-        if self._write(row, values, {"outcome": outcome, "detail": detail}):
-            self.stats.sent += 1
+        self._write(row, values, {"outcome": outcome, "detail": detail}, self.stats.count_sent)
 
     def _retry(
         self,
@@ -661,10 +830,12 @@ class Ledger:
             "error": error,
             "outcome_unknown": unknown,
         }
-        if self._write(
-            row, values, {"outcome": "UNKNOWN" if unknown else "RETRY", "detail": error}
-        ):
-            self.stats.retried += 1
+        self._write(
+            row,
+            values,
+            {"outcome": "UNKNOWN" if unknown else "RETRY", "detail": error},
+            self.stats.count_retried,
+        )
 
     def _finish(
         self,
@@ -682,13 +853,13 @@ class Ledger:
             "error": error,
             "outcome_unknown": unknown,
         }
-        if self._write(row, values, {"outcome": outcome, "detail": error or {"reason": reason}}):
-            if state is DeliveryState.FAILED:
-                self.stats.failed += 1
-            else:
-                self.stats.suppressed += 1
-            if reason:
-                self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
+        detail = error or {"reason": reason}
+        self._write(
+            row,
+            values,
+            {"outcome": outcome, "detail": detail},
+            lambda: self.stats.count_ended(state is DeliveryState.FAILED, reason),
+        )
 
     def _release(self, row: _Claimed) -> None:
         """Back to PENDING without spending the attempt (late renditions are coming)."""
