@@ -101,6 +101,18 @@ class Plane:
         queue.succeed(leases[0], artifact_sha256=sha, duration_s=0.1)
         return run_id
 
+    def complete_due(self) -> list[int]:
+        """Complete every due QUEUED run through the executor's queue (as a worker
+        whose notebooks all succeed would); return their ids."""
+        queue = RunQueue(self.db, self.clock, owner="test-worker")
+        done = []
+        while leases := queue.claim(10):
+            for lease in queue.start_many(leases):
+                sha = self.store.put(executed_notebook()).sha256
+                queue.succeed(lease, artifact_sha256=sha, duration_s=0.1)
+                done.append(lease.run_id)
+        return done
+
     def ledger(self, channels: dict[str, Channel], **options: Any) -> Ledger:
         return Ledger(
             self.db,

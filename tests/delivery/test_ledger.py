@@ -25,6 +25,8 @@ from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import use_token
 from nbcast.errors import RenderError
+from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import ScheduleState
 from tests.delivery.plane import SIGNER, Plane, receipts
 from tests.fakes.smtp import smtp_server
 
@@ -242,16 +244,34 @@ class _Broken(Renderer):
 
 
 @pytest.mark.parametrize("mode", ["raise", "hang"])
-def test_a_broken_renderer_fails_deliveries_and_nothing_else(plane: Plane, mode: str) -> None:
-    plane.publish("sales", [{"channel": "link", "to": "a@example.com"}])
-    run_ids = [plane.succeed("sales"), plane.succeed("sales")]
-    renders = plane.renders(lambda name: _Broken(mode), timeout=1.0, max_attempts=2)
-    plane.pump(plane.ledger({"link": LinkChannel()}), renders)
-    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [("FAILED", "render_failed")] * 2
+def test_a_broken_renderer_leaves_scheduling_and_execution_running(plane: Plane, mode: str) -> None:
+    """Hour by hour: the scheduler ticks, the executor runs what is due, and the
+    delivery plane, whose renderer raises or hangs, fails its deliveries — while the
+    watermark keeps advancing and the runs keep succeeding."""
+    plane.publish(
+        "hourly",
+        [{"channel": "link", "to": "a@example.com"}],
+        schedule={"cron": "0 * * * *", "timezone": "UTC"},
+    )
+    materializer = Materializer(plane.db, plane.clock)
+    renders = plane.renders(lambda name: _Broken(mode), timeout=0.5, max_attempts=1)
+    ledger = plane.ledger({"link": LinkChannel()})
+    watermarks, succeeded = [], []
+    for _ in range(3):
+        plane.clock.advance(timedelta(hours=1))
+        materializer.tick()
+        succeeded += plane.complete_due()
+        plane.pump(ledger, renders)
+        with plane.db.session() as session:
+            watermarks.append(session.scalar(sa.select(ScheduleState.watermark)))
+    assert watermarks == sorted(set(watermarks))
+    assert len(watermarks) == 3
+    assert len(succeeded) == 3
+    rows = receipts(plane)
+    assert [(r["state"], r["reason"]) for r in rows] == [("FAILED", "render_failed")] * 3
     with plane.db.session() as session:
         errors = list(session.scalars(sa.select(Rendition.error)))
         states = set(session.execute(sa.text("SELECT state FROM runs")).scalars())
     expected = "RenderError" if mode == "raise" else "RenderTimeout"
     assert all(e is not None and e["error"] == expected for e in errors)
     assert states == {"SUCCEEDED"}  # the executor's rows are untouched
-    assert len(run_ids) == 2
