@@ -11,12 +11,30 @@
 6. runs the queued reports through ``nbcast worker --engine ray`` (a local Ray),
    each executed with papermill on a pre-started kernel, and copies the executed
    notebooks out of the content-addressed artifact store,
+7. starts a local SMTP mailbox (aiosmtpd, in this process, on 127.0.0.1 and a free
+   port) that writes every message it receives to ``mailbox/NNN-<recipient>.eml``,
+8. runs ``nbcast delivery-worker --exit-when-idle`` against it: the succeeded runs
+   are rendered to the formats their definitions list (HTML, PDF, XLSX, CSV) and
+   delivered to their subscribers by email and as signed links,
+9. lists the delivery ledger and the signed links, copies the rendered files out of
+   the artifact store into ``rendered/``, and checks the outcome: every delivery
+   SENT (or SUPPRESSED ``no_results``, the data-quality report's ``only_if:
+   results`` on a clean day) and at least one message in the mailbox — else the
+   demo fails,
 
 and prints where everything is. It uses the ``nbcast`` command exactly as a person
 would. So that it always crosses a DST change, the demo runs on nbcast's injectable
 clock (``NBCAST_CLOCK=fixed:…``): the reports are published on 2026-10-30 and the
-scheduler ticks hourly through 2026-11-02. The output folder is ``demo-output/``
-(override with ``NBCAST_DEMO_DIR``); it is recreated on every run.
+scheduler ticks hourly through 2026-11-02. The report worker and the delivery worker
+then run on the real clock, as they would in production; it is also what signed links
+expire against (7 days from now), so the printed links stay valid for a server
+started on this home folder. The consequence is deliberate: a report is delivered
+when the demo runs, which (after 2026-11-02) is later than its slot, so the one
+definition that declares ``staleness`` (kpi-dashboard: ``after: 2h``, ``action:
+banner``) is delivered with its *late* renditions, which carry a "this report is
+late by …" banner. None declares ``action: suppress``: nothing is withheld as stale.
+The output folder is ``demo-output/`` (override with ``NBCAST_DEMO_DIR``); it is
+recreated on every run.
 """
 
 from __future__ import annotations
@@ -25,18 +43,29 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from email import message_from_bytes
+from email.policy import default as default_policy
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "notebooks" / "examples"
 BIN = Path(sys.executable).parent
 PUBLISHED = datetime(2026, 10, 30, 12, 0, tzinfo=UTC)
 TICKS_UNTIL = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+BASE_URL = "http://127.0.0.1:8888"
+# The only suppression the demo expects: data-quality mails with only_if: results, so a
+# day without findings is SUPPRESSED no_results. Anything else (stale, unsubscribed, …)
+# or any FAILED delivery fails the demo.
+EXPECTED_SUPPRESSIONS = {"no_results"}
 
 
 def iso(instant: datetime) -> str:
@@ -47,13 +76,24 @@ def banner(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
-def nbcast(*args: str, env: dict[str, str], echo: bool = True) -> str:
+def nbcast(*args: str, env: dict[str, str], echo: bool = True, timeout: float | None = None) -> str:
     """Run the nbcast command, echo it and its output, fail the demo if it fails."""
     if echo:
         print(f"$ nbcast {' '.join(args)}", flush=True)
-    done = subprocess.run(
-        [str(BIN / "nbcast"), *args], env=env, text=True, capture_output=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            [str(BIN / "nbcast"), *args],
+            env=env,
+            text=True,
+            capture_output=True,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        sys.stderr.write(exc.stderr.decode(errors="replace") if exc.stderr else "")
+        raise SystemExit(
+            f"demo failed: nbcast {' '.join(args)} took over {timeout:.0f} s"
+        ) from None
     if echo:
         sys.stdout.write(done.stdout)
     if done.returncode != 0:
@@ -78,6 +118,106 @@ def edit_daily_sales(path: Path) -> None:
         },
     )
     path.write_text(json.dumps(nb, indent=1))
+
+
+class Mailbox:
+    """An aiosmtpd handler that writes each message to ``NNN-<recipient>.eml``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: list[Path] = []
+        self._lock = threading.Lock()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        raw = envelope.original_content or envelope.content or b""
+        if isinstance(raw, str):
+            raw = raw.encode()
+        with self._lock:
+            for recipient in envelope.rcpt_tos:
+                safe = re.sub(r"[^A-Za-z0-9@._+-]", "_", recipient)[:100]
+                path = self.folder / f"{len(self.files) + 1:03d}-{safe}.eml"
+                path.write_bytes(raw)
+                self.files.append(path)
+        return "250 2.0.0 Ok: saved"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_mailbox(folder: Path) -> tuple[Any, Mailbox, int]:
+    """A started aiosmtpd Controller on 127.0.0.1:<free port> writing into ``folder``."""
+    try:
+        from aiosmtpd.controller import Controller
+    except ImportError:
+        raise SystemExit("demo failed: aiosmtpd is missing; run `make demo` (dev extra)") from None
+    folder.mkdir(parents=True)
+    mailbox = Mailbox(folder)
+    for _ in range(5):  # the port is free when chosen; retry if someone takes it first
+        port = free_port()
+        controller = Controller(
+            mailbox, hostname="127.0.0.1", port=port, server_hostname="mailbox.nbcast-demo"
+        )
+        try:
+            controller.start()
+        except (OSError, RuntimeError):
+            continue
+        return controller, mailbox, port
+    raise SystemExit("demo failed: could not start the local SMTP mailbox")
+
+
+def describe_mail(path: Path) -> str:
+    """One line about an .eml file: recipient, subject, attachments."""
+    mail = message_from_bytes(path.read_bytes(), policy=default_policy)
+    attached = [part.get_filename() or "?" for part in mail.iter_attachments()]
+    line = f"to {mail['To']} · {mail['Subject']!r} · attached: {', '.join(attached) or 'nothing'}"
+    body = mail.get_body(("html",))
+    if body is not None and 'class="nbcast-stale"' in body.get_content():
+        line += "\n    (past its staleness.after: sent with the 'late' banner renditions)"
+    return line
+
+
+def copy_renditions(home: Path, target: Path) -> list[Path]:
+    """Copy every rendered file out of the artifact store, with a readable name; fail
+    the demo if a rendition is not DONE."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"sqlite:///{(home / 'nbcast.db').as_posix()}")
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT run_id, format, variant, state, filename, sha256, error "
+                    "FROM renditions ORDER BY run_id, variant, format"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    if not rows:
+        raise SystemExit("demo failed: nothing was rendered")
+    undone = [r for r in rows if r.state != "DONE" or not r.sha256]
+    if undone:
+        for r in undone:
+            print(f"run {r.run_id} {r.format} {r.variant or 'base'}: {r.state} {r.error}")
+        raise SystemExit(f"demo failed: {len(undone)} rendition(s) not rendered")
+    target.mkdir()
+    copied = []
+    base = {(r.run_id, r.format): r.sha256 for r in rows if not r.variant}
+    for r in rows:
+        name = r.filename or f"run-{r.run_id}.{r.format}"
+        if r.variant and base.get((r.run_id, r.format)) == r.sha256:
+            continue  # e.g. a spreadsheet has no banner: the late one is the same file
+        if r.variant:
+            stem, dot, suffix = name.rpartition(".")
+            name = f"{stem}-{r.variant}{dot}{suffix}" if dot else f"{name}-{r.variant}"
+        path = target / name
+        shutil.copy(home / "artifacts" / r.sha256[:2] / r.sha256[2:4] / r.sha256, path)
+        copied.append(path)
+    return copied
 
 
 def main() -> int:
@@ -114,11 +254,34 @@ def main() -> int:
     nbcast("diff", "daily-sales", "1", "2", "--no-color", env=env)
 
     banner("preview the data-quality schedule across the New York fall-back")
-    nbcast("schedule", "preview", "--cron", "0 */4 * * *", "--tz", "America/New_York",
-           "--from", "2026-10-31T12:00:00Z", "--to", "2026-11-02T00:00:00Z", env=env)
-    nbcast("schedule", "preview", "--cron", "*/30 1 * * *", "--tz", "America/New_York",
-           "--dst-fold", "both",
-           "--from", "2026-11-01T04:00:00Z", "--to", "2026-11-01T07:00:00Z", env=env)
+    nbcast(
+        "schedule",
+        "preview",
+        "--cron",
+        "0 */4 * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-10-31T12:00:00Z",
+        "--to",
+        "2026-11-02T00:00:00Z",
+        env=env,
+    )
+    nbcast(
+        "schedule",
+        "preview",
+        "--cron",
+        "*/30 1 * * *",
+        "--tz",
+        "America/New_York",
+        "--dst-fold",
+        "both",
+        "--from",
+        "2026-11-01T04:00:00Z",
+        "--to",
+        "2026-11-01T07:00:00Z",
+        env=env,
+    )
 
     banner("run the scheduler hourly from 2026-10-30 to 2026-11-02 (nbcast scheduler tick)")
     # The same command, run in this process 72 times to save 72 interpreter starts.
@@ -135,8 +298,10 @@ def main() -> int:
                 raise SystemExit(f"demo failed: nbcast scheduler tick at {iso(tick)}")
         total += json.loads(captured.getvalue())["slots"]
     env["NBCAST_CLOCK"] = f"fixed:{iso(tick)}"
-    print(f"{total} slots materialized by {int((TICKS_UNTIL - PUBLISHED) / timedelta(hours=1))}"
-          " hourly ticks")
+    print(
+        f"{total} slots materialized by {int((TICKS_UNTIL - PUBLISHED) / timedelta(hours=1))}"
+        " hourly ticks"
+    )
     nbcast("runs", "list", "--definition", "data-quality", env=env)
     nbcast("runs", "list", "--state", "QUEUED", env=env)
 
@@ -144,8 +309,7 @@ def main() -> int:
     worker_env = {k: v for k, v in env.items() if k != "NBCAST_CLOCK"}  # the real clock
     worker_env.setdefault("NBCAST_RAY_TEMP_DIR", f"/tmp/nbcast-demo-ray-{os.getpid()}")
     worker_env["RAY_USAGE_STATS_ENABLED"] = "0"
-    nbcast("worker", "--engine", "ray", "--concurrency", "2", "--exit-when-idle",
-           env=worker_env)
+    nbcast("worker", "--engine", "ray", "--concurrency", "2", "--exit-when-idle", env=worker_env)
     runs = json.loads(nbcast("runs", "list", "--json", env=worker_env, echo=False))
     nbcast("runs", "list", "--state", "SUCCEEDED", env=worker_env)
     executed_dir = out / "executed"
@@ -160,6 +324,74 @@ def main() -> int:
     if not executed:
         raise SystemExit("demo failed: no run succeeded")
 
+    banner("render and deliver (nbcast delivery-worker, email to a local SMTP mailbox)")
+    controller, mailbox, port = start_mailbox(out / "mailbox")
+    print(f"local SMTP mailbox listening on 127.0.0.1:{port}, writing to {mailbox.folder}")
+    # The same clock as the report worker above (the real one): see the module docstring.
+    delivery_env = {
+        **worker_env,
+        "NBCAST_SMTP_URL": f"smtp://127.0.0.1:{port}",
+        "NBCAST_SMTP_FROM": "reports@nbcast-demo.example",
+        "NBCAST_BASE_URL": BASE_URL,
+    }
+    for name in ("NBCAST_SLACK_TOKEN", "NBCAST_WEBHOOK_SECRET", "NBCAST_LINK_TTL"):
+        delivery_env.pop(name, None)
+    try:
+        nbcast(
+            "delivery-worker", "--exit-when-idle", "--poll", "0.5", env=delivery_env, timeout=300
+        )
+    finally:
+        controller.stop()
+    nbcast("deliveries", "list", env=delivery_env)
+    nbcast("links", "list", env=delivery_env)
+    deliveries = json.loads(nbcast("deliveries", "list", "--json", env=delivery_env, echo=False))
+    rendered = copy_renditions(home, out / "rendered")
+
+    unexpected = [
+        d
+        for d in deliveries
+        if not (
+            d["state"] == "SENT"
+            or (d["state"] == "SUPPRESSED" and d["reason"] in EXPECTED_SUPPRESSIONS)
+        )
+    ]
+    for d in unexpected:
+        print(
+            f"unexpected: delivery {d['id']} ({d['report']} {d['channel']} {d['recipient']}):"
+            f" {d['state']} {d['reason'] or ''} {d['error'] or ''}"
+        )
+    if not deliveries:
+        raise SystemExit("demo failed: the delivery worker recorded no delivery")
+    if unexpected:
+        raise SystemExit(
+            f"demo failed: {len(unexpected)} delivery(ies) neither SENT nor "
+            f"SUPPRESSED as intended ({', '.join(sorted(EXPECTED_SUPPRESSIONS))})"
+        )
+    emails_sent = sum(1 for d in deliveries if d["channel"] == "email" and d["state"] == "SENT")
+    if not mailbox.files:
+        raise SystemExit("demo failed: no message reached the local mailbox")
+    if len(mailbox.files) != emails_sent:
+        raise SystemExit(
+            f"demo failed: {emails_sent} emails SENT in the ledger but "
+            f"{len(mailbox.files)} .eml files in the mailbox"
+        )
+    link_urls = [
+        (d["report"], d["recipient"], url)
+        for d in sorted(deliveries, key=lambda d: d["id"])
+        if d["channel"] == "link" and d["state"] == "SENT"
+        for url in (d["receipt"] or {}).get("links", [])
+    ]
+    if not link_urls:
+        raise SystemExit("demo failed: no signed link was handed out")
+    for d in sorted(deliveries, key=lambda d: d["id"]):
+        if d["state"] == "SUPPRESSED":
+            print(
+                f"as intended: {d['report']} to {d['recipient']} ({d['channel']}) SUPPRESSED"
+                f" {d['reason']} - the report found nothing to tell"
+            )
+    for path in mailbox.files:
+        print(f"{path.name}: {describe_mail(path)}")
+
     banner("where everything is")
     print(f"home folder (NBCAST_HOME): {home}")
     print(f"embedded database:         {home / 'nbcast.db'}")
@@ -167,6 +399,16 @@ def main() -> int:
     print(f"artifact store:            {home / 'artifacts'}")
     for path in executed:
         print(f"executed notebook:         {path}")
+    for path in rendered:
+        print(f"rendered file:             {path}")
+    for path in mailbox.files:
+        print(f"email (.eml):              {path}")
+    for report, recipient, url in link_urls:
+        print(f"signed link ({report} for {recipient}):\n    {url}")
+    print(
+        f"(links open once a server on this home folder listens at {BASE_URL};"
+        " `nbcast links list` shows their expiry)"
+    )
     print(f"demo finished in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -39,6 +39,7 @@ handled the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import queue
@@ -521,6 +522,9 @@ class Ledger:
         digest = self._content_digest(row.notebook_sha)
         if row.only_if == "changed" and self._last_sent_digest(session, row) == digest:
             return _Verdict(DeliveryState.SUPPRESSED, "unchanged")
+        if variant == "late":  # the subject and summary say so too, not just the files
+            minutes = int(max(now - row.fire_at, timedelta(0)).total_seconds() // 60)
+            report = dataclasses.replace(report, late_by=timedelta(minutes=minutes))
         message = self._message(session, row, report, renditions, now)
         return _Verdict(message=message, content_sha256=digest, variant=variant)
 

@@ -177,7 +177,7 @@ def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:
     every_day = {"cron": "0 7 * * *", "timezone": "Europe/Berlin"}
     plane.publish(
         "banner",
-        [{"channel": "link", "to": "a@example.com"}],
+        [{"channel": "link", "to": "a@example.com"}, {"channel": "email", "to": "a@example.com"}],
         schedule={**every_day, "staleness": {"after": "40m", "action": "banner"}},
     )
     plane.publish(
@@ -190,9 +190,15 @@ def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:
     with plane.db.session() as session:
         consume_outbox(session, plane.clock.now())
     plane.clock.advance(timedelta(hours=1))  # both are now later than 40 minutes
-    plane.pump(plane.ledger({"link": LinkChannel()}), plane.renders())
+    with smtp_server() as server:
+        plane.pump(plane.ledger({"link": LinkChannel(), "email": _email(server)}), plane.renders())
+        [mail] = server.messages
     rows = receipts(plane)
-    assert [(r["state"], r["reason"]) for r in rows] == [("SENT", None), ("SUPPRESSED", "stale")]
+    assert [(r["state"], r["reason"]) for r in rows] == [
+        ("SENT", None),
+        ("SENT", None),
+        ("SUPPRESSED", "stale"),
+    ]
     with plane.db.session() as session:
         late = session.execute(
             sa.select(Rendition.variant, Rendition.state, Rendition.sha256)
@@ -204,6 +210,10 @@ def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:
     late_sha = next(sha for v, _, sha in late if v == "late")
     assert link.sha256 == late_sha  # the link points at the bannered rendition
     assert b"late" in plane.store.get(late_sha).lower()
+    assert str(mail.mail["Subject"]).endswith("(late)")  # and the email says so
+    body = mail.mail.get_body(("html",))
+    assert body is not None
+    assert "late" in body.get_content().lower()
 
 
 def test_conditional_sends(plane: Plane) -> None:
