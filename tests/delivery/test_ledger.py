@@ -4,12 +4,15 @@ recipients, unknown outcomes, and a broken renderer that touches nothing else.""
 
 from __future__ import annotations
 
+import io
 import time
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+import openpyxl
+import pypdf
 import pytest
 import sqlalchemy as sa
 
@@ -111,6 +114,29 @@ def test_a_report_is_emailed_with_its_attachments_and_headers(plane: Plane) -> N
         ("SENT", None),
         ("SUPPRESSED", "unsubscribed"),
     ]
+
+
+def test_emailed_pdf_and_xlsx_attachments_open(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [{"channel": "email", "to": "cfo@example.com", "formats": ["pdf", "xlsx"]}],
+        outputs=("html", "pdf", "xlsx"),
+    )
+    plane.succeed("sales", rows=4)
+    with smtp_server() as server:
+        plane.pump(plane.ledger({"email": _email(server)}), plane.renders())
+        [mail] = server.messages
+    files = {a.get_filename(): a.get_content() for a in mail.mail.iter_attachments()}
+    [pdf_name] = [n for n in files if n.endswith(".pdf")]
+    [xlsx_name] = [n for n in files if n.endswith(".xlsx")]
+    pdf = pypdf.PdfReader(io.BytesIO(files[pdf_name]))
+    assert len(pdf.pages) >= 1
+    assert "r3" in "".join(page.extract_text() for page in pdf.pages)
+    book = openpyxl.load_workbook(io.BytesIO(files[xlsx_name]))
+    assert book.sheetnames == ["sales"]
+    rows = list(book["sales"].iter_rows(values_only=True))
+    assert rows[0] == ("region", "sales")
+    assert rows[1:] == [("r0", 0), ("r1", 1), ("r2", 2), ("r3", 3)]
 
 
 def test_only_failed_recipients_are_retried(plane: Plane) -> None:
