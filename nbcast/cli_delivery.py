@@ -183,9 +183,11 @@ def deliveries_list(
 def deliver(app: AppContext, run_id: int) -> None:
     """Ask for deliveries to be sent again."""
     from nbcast.delivery.ledger import retry_failed
+    from nbcast.governance.tenants import ensure_tenant
 
     with app.db.session() as session:
-        count = retry_failed(session, run_id, app.clock.now())
+        tenant = ensure_tenant(session, app.settings.tenant)
+        count = retry_failed(session, run_id, app.clock.now(), tenant_id=tenant.id)
     click.echo(f"run {run_id}: {count} failed deliveries queued again")
 
 
@@ -243,8 +245,15 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
     import sqlalchemy as sa
 
     from nbcast.delivery.models import SignedLink
+    from nbcast.governance.models import Tenant
 
-    query = sa.select(SignedLink).order_by(SignedLink.id.desc()).limit(200)
+    query = (
+        sa.select(SignedLink)
+        .join(Tenant, Tenant.id == SignedLink.tenant_id)
+        .where(Tenant.name == app.settings.tenant)
+        .order_by(SignedLink.id.desc())
+        .limit(200)
+    )
     if run_id is not None:
         query = query.where(SignedLink.run_id == run_id)
     with app.db.session() as session:
@@ -286,7 +295,9 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
 def links_revoke(app: AppContext, link_id: int) -> None:
     """Revoke a signed link: it stops opening at once."""
     from nbcast.delivery.links import revoke_link
+    from nbcast.governance.tenants import ensure_tenant
 
     with app.db.session() as session:
-        done = revoke_link(session, link_id, app.clock.now())
+        tenant = ensure_tenant(session, app.settings.tenant)
+        done = revoke_link(session, link_id, app.clock.now(), tenant_id=tenant.id)
     click.echo(f"link {link_id}: " + ("revoked" if done else "no such link, or already revoked"))

@@ -90,9 +90,18 @@ class Clock(ABC):
         running elsewhere (a server-side function) follow this clock for a moment."""
         return 1.0
 
+    @property
+    def real(self) -> bool:
+        """Whether this is the machine's real clock (not simulated time)."""
+        return False
+
 
 class SystemClock(Clock):
     """The machine's real clock."""
+
+    @property
+    def real(self) -> bool:
+        return True
 
     def now(self) -> datetime:
         return datetime.now(UTC)

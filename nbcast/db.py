@@ -74,8 +74,11 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-"""JSON on SQLite, JSONB on PostgreSQL."""
+JSONType = sa.JSON(none_as_null=True).with_variant(
+    postgresql.JSONB(none_as_null=True), "postgresql"
+)
+"""JSON on SQLite, JSONB on PostgreSQL; Python ``None`` is SQL ``NULL`` on both (not a
+JSON ``null``), so ``IS NULL`` means the same everywhere."""
 
 
 class Base(DeclarativeBase):
@@ -282,8 +285,10 @@ def _copy_insert(session: Session, table: sa.Table, rows: Sequence[dict[str, Any
         with cursor.copy(f'COPY "{stage}" ({columns}) FROM STDIN') as copy:
             for row in rows:
                 copy.write_row(
-                    [json.dumps(row[n]) if n in json_columns and row[n] is not None else row[n]
-                     for n in names]
+                    [
+                        json.dumps(row[n]) if n in json_columns and row[n] is not None else row[n]
+                        for n in names
+                    ]
                 )
         cursor.execute(
             f'INSERT INTO "{table.name}" ({columns}) SELECT {columns} FROM "{stage}" '

@@ -103,6 +103,8 @@ def test_rate_is_clock_seconds_per_real_second() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     assert SystemClock().rate == 1.0
     assert FixedClock(start).rate == 0.0
+    assert SystemClock().real
+    assert not AcceleratedClock(start, 1.0).real  # real-time speed is not the real clock
     fast = AcceleratedClock(start, 60.0)
     assert fast.rate == 60.0
     before = fast.now()

@@ -16,6 +16,7 @@ consumed twice by mistake — adds nothing.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,8 @@ from nbcast.delivery.models import Delivery, OutboxRow, Rendition
 from nbcast.executor.models import Run
 
 __all__ = ["consume_outbox", "spec_of"]
+
+log = logging.getLogger(__name__)
 
 
 def spec_of(
@@ -72,8 +75,14 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
     cache: dict[int, ReportSpec] = {}
     renditions: list[dict[str, Any]] = []
     deliveries: list[dict[str, Any]] = []
+    held: set[int] = set()
     for run in runs:
-        spec = spec_of(session, run.version_id, cache)
+        try:
+            spec = spec_of(session, run.version_id, cache)
+        except Exception:  # one unreadable version must not hold up the others
+            log.exception("run %d: its version's nbcast block cannot be read", run.id)
+            held.add(run.id)  # its outbox row stays unconsumed, for a person to look at
+            continue
         for fmt in spec.outputs:
             renditions.append(
                 {
@@ -111,7 +120,6 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
         session.execute(insert_ignore(Rendition, renditions, dialect))
     if deliveries:
         session.execute(insert_ignore(Delivery, deliveries, dialect))
-    session.execute(
-        sa.update(OutboxRow).where(OutboxRow.id.in_([r.id for r in rows])).values(consumed_at=now)
-    )
-    return len(rows)
+    consumed = [r.id for r in rows if r.run_id not in held]
+    session.execute(sa.update(OutboxRow).where(OutboxRow.id.in_(consumed)).values(consumed_at=now))
+    return len(consumed)

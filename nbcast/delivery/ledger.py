@@ -21,6 +21,13 @@ delivery worker:
    once on a permanent error. Each row is tried on its own, so a failure for one
    recipient never re-sends to the others.
 
+**Leases.** A claimed batch's leases are renewed by a heartbeat while it is sent,
+and no send starts once this worker's own view of its lease has less than a quarter
+of it (at most 30 s) left: a row another worker may have taken over is never sent
+by this one too. A row that cannot be prepared (its notebook gone, say) fails alone
+(``prepare_failed``), and one whose worker keeps dying on it fails once its attempts
+are spent (the reaper, ``outcome_unknown``).
+
 **Unknown outcomes.** When a send times out after the request went out
 (:class:`~nbcast.errors.OutcomeUnknownError`), or a worker died between sending and
 recording (its SENDING row's lease expires and :meth:`Ledger.reap` returns it), the
@@ -28,8 +35,9 @@ row is flagged ``outcome_unknown``. Before sending it again the ledger asks the
 channel to :meth:`~nbcast.delivery.channels.base.Channel.check`: Slack looks in the
 channel's history for the message's key, and if it is there the row is SENT with the
 earlier receipt (attempt outcome ``FOUND``) and nothing is posted twice. A channel that
-cannot check (SMTP) sends again and the row is marked ``possible_duplicate``: at most
-one extra copy, and it is on the record.
+cannot check (SMTP), or cannot tell this time (a Slack history it may not read), sends
+again and the row is marked ``possible_duplicate``: at most one extra copy, and it is
+on the record. An exception that is not a channel error counts as an unknown outcome.
 
 The claim commits durably; the records of each send commit asynchronously on
 PostgreSQL (``synchronous_commit = off``): a server crash may lose the last moments'
@@ -42,12 +50,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import queue
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -72,7 +81,7 @@ from nbcast.delivery.models import (
 from nbcast.delivery.rendering import report_infos
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.signing import Signer
-from nbcast.delivery.unsubscribe import unsubscribe_token, unsubscribe_url
+from nbcast.delivery.unsubscribe import normalized, unsubscribe_token, unsubscribe_url
 from nbcast.errors import (
     ChannelError,
     OutcomeUnknownError,
@@ -84,6 +93,8 @@ from nbcast.faults import crash_point
 from nbcast.retry import backoff
 
 __all__ = ["DeliveryStats", "Ledger", "retry_failed"]
+
+log = logging.getLogger(__name__)
 
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
 # Answers recorded in one round trip on PostgreSQL: the fenced ledger rows and their
@@ -192,6 +203,29 @@ class _Claimed:
     notebook_sha: str | None
 
 
+class _Heartbeat:
+    """Renews a batch's leases every third of the lease until stopped."""
+
+    def __init__(self, ledger: Ledger, ids: list[int]) -> None:
+        self._ledger = ledger
+        self._ids = ids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nbcast-ledger-lease", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        every = self._ledger.lease.total_seconds() / 3
+        while not self._stop.wait(every):
+            try:
+                self._ledger.renew(self._ids)
+            except Exception:  # the database is away: sends stop when the lease runs low
+                log.warning("could not renew delivery leases", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @dataclass(frozen=True)
 class _Answer:
     """One send's outcome, to be recorded."""
@@ -267,6 +301,7 @@ class _Facts:
     @classmethod
     def load(cls, session: Session, claimed: list[_Claimed]) -> _Facts:
         recipients = sorted({r.recipient for r in claimed})
+        opted_out = sorted({normalized(r.channel, r.recipient) for r in claimed})
         unsubscribed = {
             (t, scope, c, r)
             for t, scope, c, r in session.execute(
@@ -275,7 +310,7 @@ class _Facts:
                     Unsubscription.scope,
                     Unsubscription.channel,
                     Unsubscription.recipient,
-                ).where(Unsubscription.recipient.in_(recipients))
+                ).where(Unsubscription.recipient.in_(opted_out))
             )
         }
         newest = {
@@ -312,6 +347,7 @@ class _Verdict:
     message: Message | None = None
     content_sha256: str | None = None
     variant: str = ""
+    error: dict[str, Any] | None = None
 
 
 class Ledger:
@@ -354,6 +390,7 @@ class Ledger:
         self._channel_sets: list[Mapping[str, Channel]] = [self.channels]
         self._sets_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._lease_until = datetime.min.replace(tzinfo=UTC)
 
     # -- claiming ---------------------------------------------------------------
 
@@ -425,18 +462,31 @@ class Ledger:
     # -- one pass ---------------------------------------------------------------
 
     def deliver_due(self, limit: int = 50) -> int:
-        """Claim, decide, send and record up to ``limit`` deliveries; return how many."""
+        """Claim, decide, send and record up to ``limit`` deliveries; return how many.
+
+        While the batch is being sent a heartbeat renews its leases (every third of
+        the lease), and no send starts once this worker's own view of its lease says
+        it may have run out — so a row another worker has taken over is never sent
+        by this one too."""
         claimed = self.claim(limit)
         if not claimed:
             return 0
-        verdicts = self._decide(claimed)
+        self._lease_until = self.clock.now() + self.lease
+        heartbeat = _Heartbeat(self, [row.id for row in claimed])
         self._recorder = _Recorder(self._write_answers, self.db)
         try:
+            verdicts = self._decide(claimed)
             sends = []
             for row in claimed:
                 verdict = verdicts[row.id]
                 if verdict.state is not None:
-                    self._finish(row, verdict.state, verdict.reason, outcome=verdict.state.value)
+                    self._finish(
+                        row,
+                        verdict.state,
+                        verdict.reason,
+                        outcome=verdict.state.value,
+                        error=verdict.error,
+                    )
                 elif verdict.message is None:  # waiting for the late renditions
                     self._release(row)
                 else:
@@ -444,15 +494,39 @@ class Ledger:
             if self.senders > 1 and len(sends) > 1:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.senders, thread_name_prefix="nbcast-send")
-                for future in [self._pool.submit(self._send, *item) for item in sends]:
+                futures = [self._pool.submit(self._send, *item) for item in sends]
+                wait(futures)  # every sender is done before the recorder closes
+                for future in futures:
                     future.result()
             else:
                 for item in sends:
                     self._send(*item)
         finally:
+            heartbeat.stop()
             recorder, self._recorder = self._recorder, None
             recorder.close()  # every answer of the batch is written before returning
         return len(claimed)
+
+    def renew(self, ids: list[int]) -> None:
+        """Extend the leases of this worker's SENDING rows among ``ids``."""
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                sa.update(_DELIVERIES)
+                .where(
+                    Delivery.id.in_(ids),
+                    Delivery.lease_owner == self.owner,
+                    Delivery.state == DeliveryState.SENDING.value,
+                )
+                .values(lease_expires_at=now + self.lease)
+            )
+        self._lease_until = now + self.lease
+
+    def _lease_holds(self) -> bool:
+        """Whether a send may start: the lease has a safe margin left, as far as this
+        worker knows (its heartbeat renews it)."""
+        margin = min(self.lease / 4, timedelta(seconds=30))
+        return self.clock.now() < self._lease_until - margin
 
     def _channels_here(self) -> Mapping[str, Channel]:
         """This thread's channels: the ledger's own on the calling thread, a set of
@@ -485,7 +559,13 @@ class Ledger:
             infos = report_infos(session, sorted({r.run_id for r in claimed}))
             facts = _Facts.load(session, claimed)
             for row in claimed:
-                verdicts[row.id] = self._verdict(session, row, infos[row.run_id], facts, now)
+                try:
+                    with session.begin_nested():
+                        verdict = self._verdict(session, row, infos[row.run_id], facts, now)
+                except Exception as exc:  # one bad row must not hold up its batch
+                    log.exception("delivery %d: could not prepare it", row.id)
+                    verdict = _Verdict(DeliveryState.FAILED, "prepare_failed", error=_error(exc))
+                verdicts[row.id] = verdict
         return verdicts
 
     def _verdict(
@@ -494,9 +574,8 @@ class Ledger:
         spec = spec_of(session, row.version_id, self._specs)
         if row.channel not in self.channels:
             return _Verdict(DeliveryState.FAILED, "no_channel")
-        opted_out = {
-            (row.tenant_id, scope, row.channel, row.recipient) for scope in ("*", report.definition)
-        }
+        who = normalized(row.channel, row.recipient)
+        opted_out = {(row.tenant_id, scope, row.channel, who) for scope in ("*", report.definition)}
         if opted_out & facts.unsubscribed:
             return _Verdict(DeliveryState.SUPPRESSED, "unsubscribed")
         newest = facts.newest_sent.get((row.definition_id, row.channel, row.recipient))
@@ -519,7 +598,12 @@ class Ledger:
             return _Verdict(DeliveryState.FAILED, "render_failed")
         if row.only_if == "results" and not self._has_results(row):
             return _Verdict(DeliveryState.SUPPRESSED, "no_results")
-        digest = self._content_digest(row.notebook_sha)
+        try:
+            digest = self._content_digest(row.notebook_sha)
+        except (KeyError, OSError):  # only a conditional send needs the notebook itself
+            if row.only_if == "changed":
+                raise
+            digest = None
         if row.only_if == "changed" and self._last_sent_digest(session, row) == digest:
             return _Verdict(DeliveryState.SUPPRESSED, "unchanged")
         if variant == "late":  # the subject and summary say so too, not just the files
@@ -696,10 +780,19 @@ class Ledger:
     def _send(self, row: _Claimed, verdict: _Verdict) -> None:
         assert verdict.message is not None
         channel = self._channels_here()[row.channel]
+        if not self._lease_holds():  # leave it to whoever holds it next; nothing was sent
+            self._write(
+                row,
+                {"state": DeliveryState.PENDING.value, "reason": "lease_low"},
+                {"outcome": "RETRY", "detail": {"reason": "lease_low"}},
+            )
+            return
         duplicate = False
         if row.outcome_unknown:
             try:
                 found = channel.check(verdict.message)
+            except PermanentChannelError:  # it can never tell: send, and say so
+                found, duplicate = None, True
             except ChannelError as exc:  # cannot look right now: look again later
                 self._retry(row, channel, exc, unknown=True)
                 return
@@ -707,7 +800,7 @@ class Ledger:
                 self._sent(row, found, verdict, outcome="FOUND", duplicate=False)
                 self.stats.count("found")
                 return
-            duplicate = not channel.verifiable
+            duplicate = duplicate or not channel.verifiable
         try:
             receipt = channel.send(verdict.message)
         except OutcomeUnknownError as exc:
@@ -719,8 +812,9 @@ class Ledger:
         except PermanentChannelError as exc:
             self._finish(row, DeliveryState.FAILED, "refused", outcome="FAILED", error=_error(exc))
             return
-        except ChannelError as exc:
-            self._retry(row, channel, exc, unknown=False)
+        except Exception as exc:  # a channel bug: it may have sent, so check before resending
+            log.exception("delivery %d: the %s channel failed", row.id, row.channel)
+            self._retry(row, channel, exc, unknown=True)
             return
         crash_point("after_send")
         self._sent(row, receipt, verdict, outcome="SENT", duplicate=duplicate)
@@ -810,7 +904,7 @@ class Ledger:
         self,
         row: _Claimed,
         channel: Channel,
-        exc: ChannelError,
+        exc: Exception,
         *,
         unknown: bool,
         retry_after: float | None = None,
@@ -855,7 +949,9 @@ class Ledger:
             "state": state.value,
             "reason": reason,
             "error": error,
-            "outcome_unknown": unknown,
+            # A row suppressed after an unknown outcome may still have arrived: keep the
+            # flag as evidence.
+            "outcome_unknown": unknown or row.outcome_unknown,
         }
         detail = error or {"reason": reason}
         self._write(
@@ -869,12 +965,7 @@ class Ledger:
         """Back to PENDING without spending the attempt (late renditions are coming)."""
         now = self.clock.now()
         with self.db.engine.begin() as conn:
-            conn.execute(
-                sa.delete(_ATTEMPTS).where(
-                    DeliveryAttempt.delivery_id == row.id, DeliveryAttempt.attempt == row.attempt
-                )
-            )
-            conn.execute(
+            result = conn.execute(
                 sa.update(_DELIVERIES)
                 .where(self._fence(row))
                 .values(
@@ -886,16 +977,25 @@ class Ledger:
                     updated_at=now,
                 )
             )
+            if getattr(result, "rowcount", 0):  # still ours: its attempt never started
+                conn.execute(
+                    sa.delete(_ATTEMPTS).where(
+                        DeliveryAttempt.delivery_id == row.id,
+                        DeliveryAttempt.attempt == row.attempt,
+                    )
+                )
 
     # -- housekeeping ---------------------------------------------------------------
 
     def reap(self) -> int:
         """SENDING rows whose lease expired (their worker died, perhaps after sending)
-        go back to PENDING flagged ``outcome_unknown``; return how many."""
+        go back to PENDING flagged ``outcome_unknown`` — or to FAILED once they have
+        used the channel's attempts, so a row that kills every worker that sends it
+        stops being tried; return how many."""
         now = self.clock.now()
         with self.db.session() as session:
             query = (
-                sa.select(Delivery.id, Delivery.attempt)
+                sa.select(Delivery.id, Delivery.attempt, Delivery.retry_base, Delivery.channel)
                 .where(
                     Delivery.state == DeliveryState.SENDING.value, Delivery.lease_expires_at < now
                 )
@@ -904,7 +1004,9 @@ class Ledger:
             if self.db.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             expired = session.execute(query).all()
-            for delivery_id, attempt in expired:
+            for delivery_id, attempt, retry_base, channel in expired:
+                limit = self.channels[channel].max_attempts if channel in self.channels else 5
+                spent = attempt - retry_base >= limit  # it keeps killing workers: stop
                 session.execute(
                     sa.update(_DELIVERIES)
                     .where(
@@ -913,8 +1015,8 @@ class Ledger:
                         Delivery.state == DeliveryState.SENDING.value,
                     )
                     .values(
-                        state=DeliveryState.PENDING.value,
-                        reason="lease_expired",
+                        state=(DeliveryState.FAILED if spent else DeliveryState.PENDING).value,
+                        reason="outcome_unknown" if spent else "lease_expired",
                         outcome_unknown=True,
                         lease_owner=None,
                         lease_expires_at=None,
@@ -934,13 +1036,19 @@ class Ledger:
         return len(expired)
 
 
-def retry_failed(session: Session, run_id: int, now: datetime) -> int:
+def retry_failed(
+    session: Session, run_id: int, now: datetime, *, tenant_id: int | None = None
+) -> int:
     """``nbcast deliver --retry-failed RUN``: the run's FAILED deliveries go back to
-    PENDING with a fresh budget of attempts; SENT ones are never touched. Returns how
-    many."""
+    PENDING with a fresh budget of attempts, and its FAILED renditions are rendered
+    again; SENT deliveries are never touched. ``tenant_id`` limits it to one tenant's
+    run. Returns how many deliveries."""
+    owned = [Delivery.run_id == run_id]
+    if tenant_id is not None:
+        owned.append(Delivery.tenant_id == tenant_id)
     result = session.execute(
         sa.update(_DELIVERIES)
-        .where(Delivery.run_id == run_id, Delivery.state == DeliveryState.FAILED.value)
+        .where(*owned, Delivery.state == DeliveryState.FAILED.value)
         .values(
             state=DeliveryState.PENDING.value,
             reason="retry_requested",
@@ -949,7 +1057,14 @@ def retry_failed(session: Session, run_id: int, now: datetime) -> int:
             updated_at=now,
         )
     )
-    return int(getattr(result, "rowcount", 0) or 0)
+    count = int(getattr(result, "rowcount", 0) or 0)
+    if count:
+        session.execute(
+            sa.update(Rendition)
+            .where(Rendition.run_id == run_id, Rendition.state == "FAILED")
+            .values(state="PENDING", attempt=0, lease_owner=None, lease_expires_at=None)
+        )
+    return count
 
 
 def _shown(output: dict[str, Any]) -> Any:

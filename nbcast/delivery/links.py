@@ -94,11 +94,13 @@ def verify_link(session: Session, signer: Signer, token: str, now: datetime) -> 
     return row
 
 
-def revoke_link(session: Session, link_id: int, now: datetime) -> bool:
-    """Revoke a link; False if there is no such link or it was already revoked."""
-    result = session.execute(
-        sa.update(SignedLink)
-        .where(SignedLink.id == link_id, SignedLink.revoked_at.is_(None))
-        .values(revoked_at=now)
-    )
+def revoke_link(
+    session: Session, link_id: int, now: datetime, *, tenant_id: int | None = None
+) -> bool:
+    """Revoke a link (of ``tenant_id``'s, when given); False if there is no such link
+    or it was already revoked."""
+    query = sa.update(SignedLink).where(SignedLink.id == link_id, SignedLink.revoked_at.is_(None))
+    if tenant_id is not None:
+        query = query.where(SignedLink.tenant_id == tenant_id)
+    result = session.execute(query.values(revoked_at=now))
     return bool(getattr(result, "rowcount", 0))

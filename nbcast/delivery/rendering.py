@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -105,6 +106,7 @@ def _child(
 ) -> None:
     code = 0
     try:
+        _die_with_parent()
         import nbformat
 
         renderer = lookup(fmt)
@@ -128,6 +130,18 @@ def _child(
     finally:
         send.close()
         os._exit(code)  # never run the parent's exit handlers (its DB connections)
+
+
+def _die_with_parent() -> None:
+    """Make the kernel SIGKILL this child when the worker dies (Linux), so a hung
+    renderer never outlives a killed worker."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's timeout still kills it
+        pass
 
 
 def render_isolated(
@@ -240,6 +254,25 @@ class RenderQueue:
             ids = list(session.scalars(query))
             if not ids:
                 return []
+            spent = sa.and_(Rendition.id.in_(ids), Rendition.attempt >= self.max_attempts)
+            session.execute(  # leased often enough, never recorded: its renderer kills us
+                sa.update(Rendition)
+                .where(spent)
+                .values(
+                    state=RenditionState.FAILED.value,
+                    lease_owner=None,
+                    error={"error": "RenderLost", "message": "no attempt came back"},
+                )
+            )
+            ids = list(
+                session.scalars(
+                    sa.select(Rendition.id).where(
+                        Rendition.id.in_(ids), Rendition.state == RenditionState.PENDING.value
+                    )
+                )
+            )
+            if not ids:
+                return []
             session.execute(
                 sa.update(Rendition)
                 .where(Rendition.id.in_(ids))
@@ -264,28 +297,34 @@ class RenderQueue:
             return [tuple(r) for r in rows]  # type: ignore[misc]
 
     def render_pending(self, limit: int = 4) -> int:
-        """Lease up to ``limit`` renditions and render them; return how many ended."""
-        leased = self._lease(limit)
-        if not leased:
-            return 0
-        with self.db.session() as session:
-            infos = report_infos(session, sorted({r[2] for r in leased}))
-        for rendition_id, attempt, run_id, fmt, variant, notebook_sha in leased:
-            report = infos[run_id]
-            if variant == "late":
-                lateness = max(self.clock.now() - report.fire_at, timedelta(0))
-                report = _with_lateness(report, lateness)
-            if notebook_sha is None:
-                result = RenderResult(
-                    None, 0, 0.0, {"error": "NoNotebook", "message": "the run stored no notebook"}
-                )
-                filename = media_type = None
-            else:
-                result, filename, media_type = render_isolated(
-                    self.lookup, fmt, notebook_sha, report, self.store, timeout=self.timeout
-                )
+        """Render up to ``limit`` pending renditions, leasing each one just before it
+        is rendered (a lease taken for a whole batch would run out while the others
+        render); return how many ended."""
+        done = 0
+        for _ in range(limit):
+            leased = self._lease(1)
+            if not leased:
+                break
+            rendition_id, attempt, run_id, fmt, variant, notebook_sha = leased[0]
+            try:
+                with self.db.session() as session:
+                    report = report_infos(session, [run_id])[run_id]
+                if variant == "late":
+                    lateness = max(self.clock.now() - report.fire_at, timedelta(0))
+                    report = _with_lateness(report, lateness)
+                if notebook_sha is None:
+                    missing = {"error": "NoNotebook", "message": "the run stored no notebook"}
+                    result, filename, media_type = RenderResult(None, 0, 0.0, missing), None, None
+                else:
+                    result, filename, media_type = render_isolated(
+                        self.lookup, fmt, notebook_sha, report, self.store, timeout=self.timeout
+                    )
+            except Exception as exc:  # a fork that failed, a database blip: this attempt failed
+                error = {"error": type(exc).__name__, "message": str(exc)[:2000]}
+                result, filename, media_type = RenderResult(None, 0, 0.0, error), None, None
             self._record(rendition_id, attempt, result, filename, media_type)
-        return len(leased)
+            done += 1
+        return done
 
     def _record(
         self,

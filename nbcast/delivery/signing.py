@@ -14,10 +14,13 @@ it is unset, an embedded installation generates one key on first use and keeps i
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import secrets
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,7 @@ class Signer:
 
     def sign(self, payload: Mapping[str, Any], *, purpose: str) -> str:
         """A token carrying ``payload`` (JSON-serializable), for ``purpose`` only."""
-        serializer = URLSafeSerializer(self._keys[self.current], salt=f"nbcast-{purpose}")
+        serializer = _serializer(self._keys[self.current], purpose)
         return f"{self.current}.{serializer.dumps(dict(payload))}"
 
     def verify(self, token: str, *, purpose: str) -> dict[str, Any]:
@@ -60,12 +63,19 @@ class Signer:
         if secret is None:
             raise LinkError("the token was signed with an unknown or retired key")
         try:
-            payload = URLSafeSerializer(secret, salt=f"nbcast-{purpose}").loads(signed)
+            payload = _serializer(secret, purpose).loads(signed)
         except BadSignature:
             raise LinkError("the token's signature does not verify") from None
         if not isinstance(payload, dict):
             raise LinkError("malformed token")
         return payload
+
+
+def _serializer(secret: str, purpose: str) -> URLSafeSerializer:
+    """HMAC-SHA256 (itsdangerous' default would be SHA-1), salted per purpose."""
+    return URLSafeSerializer(
+        secret, salt=f"nbcast-{purpose}", signer_kwargs={"digest_method": hashlib.sha256}
+    )
 
 
 def parse_keys(text: str) -> list[tuple[str, str]]:
@@ -88,11 +98,14 @@ def load_signer(home: Path, environ: Mapping[str, str] | None = None) -> Signer:
     if not path.exists():
         home.mkdir(parents=True, exist_ok=True)
         keys = [["k1", secrets.token_urlsafe(32)]]
+        # Written whole to a private temporary file, then linked into place: a reader
+        # never sees a half-written file, and of two processes racing, one key wins.
+        fd, temporary = tempfile.mkstemp(dir=home, prefix=".signing-keys-")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process made it first: use theirs
-        else:
             with os.fdopen(fd, "w") as handle:
                 json.dump(keys, handle)
+            with contextlib.suppress(FileExistsError):  # another process was first
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
     return Signer([(str(k), str(s)) for k, s in json.loads(path.read_text())])

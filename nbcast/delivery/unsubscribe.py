@@ -25,6 +25,7 @@ from nbcast.errors import LinkError
 
 __all__ = [
     "is_unsubscribed",
+    "normalized",
     "record_unsubscribe",
     "unsubscribe_token",
     "unsubscribe_url",
@@ -32,6 +33,12 @@ __all__ = [
 ]
 
 PURPOSE = "unsubscribe"
+
+
+def normalized(channel: str, recipient: str) -> str:
+    """How a recipient is compared: email addresses without case (``CFO@Example.com``
+    and ``cfo@example.com`` are one person's opt-out), others exactly."""
+    return recipient.strip().lower() if channel == "email" else recipient
 
 
 def unsubscribe_token(
@@ -61,7 +68,7 @@ def record_unsubscribe(
         "tenant_id": tenant_id,
         "scope": scope,
         "channel": channel,
-        "recipient": recipient,
+        "recipient": normalized(channel, recipient),
         "source": source,
         "created_at": now,
     }
@@ -98,7 +105,7 @@ def is_unsubscribed(
                     Unsubscription.tenant_id == tenant_id,
                     Unsubscription.scope.in_((scope, "*")),
                     Unsubscription.channel == channel,
-                    Unsubscription.recipient == recipient,
+                    Unsubscription.recipient == normalized(channel, recipient),
                 )
             )
         )

@@ -109,7 +109,8 @@ _SUCCEED_MANY = sa.text(
     "SELECT id, attempt FROM done"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
 _CLAIM_CALL = sa.text(
-    "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :month, :rate)"
+    "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :month, "
+    ":rate, :real)"
 ).bindparams(
     sa.bindparam("now", type_=sa.DateTime(timezone=True)),
     sa.bindparam("month", type_=sa.DateTime(timezone=True)),
@@ -271,6 +272,7 @@ class RunQueue:
                     "engine": self.engine,
                     "month": month,
                     "rate": self.clock.rate,
+                    "real": self.clock.real,
                 },
             ).all()
             if any(r.out_kind != "leased" for r in rows):

@@ -269,3 +269,11 @@ def test_throughput_of_one_channel() -> None:
     # Far below what it does (a few thousand per second here), far above a reconnect
     # per message: a loose guard against losing connection reuse.
     assert rate > 200, rate
+
+
+def test_a_non_ascii_address_is_refused_and_the_session_stays_usable() -> None:
+    with smtp_server() as server, channel_for(server) as channel:
+        with pytest.raises(PermanentChannelError, match="SMTPUTF8"):
+            channel.send(make_message(recipient="jörg@example.com"))
+        channel.send(make_message(recipient="a@example.com"))  # not "503 nested MAIL"
+        assert [m.rcpt_tos for m in server.messages] == [("a@example.com",)]

@@ -26,7 +26,7 @@ from nbcast.delivery.links import verify_link
 from nbcast.delivery.models import Delivery, DeliveryAttempt, OutboxRow, Rendition
 from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
-from nbcast.delivery.unsubscribe import use_token
+from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
 from nbcast.errors import RenderError
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
@@ -311,3 +311,97 @@ def test_a_broken_renderer_leaves_scheduling_and_execution_running(plane: Plane,
     expected = "RenderError" if mode == "raise" else "RenderTimeout"
     assert all(e is not None and e["error"] == expected for e in errors)
     assert states == {"SUCCEEDED"}  # the executor's rows are untouched
+
+
+class _SlowLink(LinkChannel):
+    """A link channel whose sends take a minute of the test's clock."""
+
+    def __init__(self, clock: FixedClock) -> None:
+        self.clock = clock
+
+    def send(self, message: Any) -> Any:
+        self.clock.advance(timedelta(seconds=61))
+        return super().send(message)
+
+
+def test_no_send_starts_once_the_lease_may_have_run_out(plane: Plane) -> None:
+    plane.publish("sales", [{"channel": "link", "to": f"u{i}@example.com"} for i in range(3)])
+    plane.succeed("sales")
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.renders().render_pending(10)
+    ledger = plane.ledger({"link": _SlowLink(plane.clock)}, lease_seconds=120)
+    assert ledger.deliver_due(10) == 3
+    # The lease is 120 s and a send must start with 30 s of it left: the sends that
+    # start at 0 s and 61 s go out; at 122 s the lease may have run out (another
+    # worker may hold the row), so the third goes back to the queue unsent.
+    assert [(r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("SENT", None),
+        ("SENT", None),
+        ("PENDING", "lease_low"),
+    ]
+
+
+def test_a_row_that_cannot_be_prepared_fails_alone(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [
+            {"channel": "link", "to": "a@example.com", "only_if": "results"},
+            {"channel": "link", "to": "b@example.com"},
+        ],
+    )
+    run_id = plane.succeed("sales")
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.renders().render_pending(10)
+    with plane.db.session() as session:
+        sha = session.execute(sa.text(f"SELECT artifact_sha256 FROM runs WHERE id = {run_id}"))
+        plane.store.path(sha.scalar_one()).unlink()  # only_if: results cannot be decided
+    assert plane.ledger({"link": LinkChannel()}).deliver_due(10) == 2
+    assert [(r["recipient"], r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("a@example.com", "FAILED", "prepare_failed"),
+        ("b@example.com", "SENT", None),
+    ]
+
+
+def test_a_row_that_keeps_killing_its_workers_fails(plane: Plane) -> None:
+    plane.publish("sales", [{"channel": "link", "to": "a@example.com"}])
+    plane.succeed("sales")
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.renders().render_pending(10)
+    channel = LinkChannel()
+    channel.max_attempts = 2
+    for attempt in (1, 2):  # two workers claim it and die
+        dead = plane.ledger({"link": channel}, owner=f"dead-{attempt}")
+        assert len(dead.claim(10)) == 1
+        plane.clock.advance(timedelta(minutes=10))
+        assert plane.ledger({"link": channel}).reap() == 1
+    [row] = receipts(plane)
+    assert (row["state"], row["reason"], row["attempt"]) == ("FAILED", "outcome_unknown", 2)
+
+
+def test_unsubscribing_an_address_ignores_its_case(plane: Plane) -> None:
+    plane.publish(
+        "sales",
+        [{"channel": "link", "to": "a@example.com"}, {"channel": "email", "to": "CFO@Example.com"}],
+    )
+    plane.succeed("sales")
+    with plane.db.session() as session:
+        tenant_id = session.execute(sa.text("SELECT id FROM tenants")).scalar_one()
+        record_unsubscribe(
+            session,
+            tenant_id=tenant_id,
+            scope="sales",
+            channel="email",
+            recipient="cfo@example.com",
+            source="cli",
+            now=plane.clock.now(),
+        )
+    with smtp_server() as server:
+        plane.pump(plane.ledger({"link": LinkChannel(), "email": _email(server)}), plane.renders())
+        assert server.messages == []
+    assert [(r["channel"], r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("link", "SENT", None),
+        ("email", "SUPPRESSED", "unsubscribed"),
+    ]

@@ -30,7 +30,9 @@ before DATA was answered with 354
 5xx while opening the session: greeting, EHLO, STARTTLS,    TransientChannelError
 AUTH (535 bad credentials, 530 STARTTLS required)           (message says "configuration")
 timeout or disconnect after the payload was sent, before    OutcomeUnknownError
-the server's reply to it
+the server's reply (or any other failure in DATA)
+503 to MAIL (the session is out of step): reconnect         TransientChannelError
+a non-ASCII address (SMTPUTF8 is not used)                  PermanentChannelError
 ==========================================================  ===========================
 
 Session errors are transient on purpose: they say nothing about the message or the
@@ -235,6 +237,11 @@ class EmailChannel(Channel):
         recipients = [address for _, address in getaddresses([message.recipient]) if address]
         if not recipients:
             raise PermanentChannelError(f"no email address in {message.recipient!r}")
+        if not all(address.isascii() for address in recipients):
+            # smtplib would fail half-way through the envelope; SMTPUTF8 is not assumed.
+            raise PermanentChannelError(
+                f"{message.recipient!r}: non-ASCII addresses need SMTPUTF8, which is not used"
+            )
         with self._lock:
             try:
                 message_id, payload = self.render(message)
@@ -246,6 +253,8 @@ class EmailChannel(Channel):
                 try:
                     refused = self._envelope(smtp, recipients)
                     break
+                except (TransientChannelError, PermanentChannelError):
+                    raise
                 except _StaleSession:
                     # An idle session the server dropped: reopen it once, as nothing of
                     # this message went out. A fresh session that drops is an outage.
@@ -254,9 +263,18 @@ class EmailChannel(Channel):
                         raise TransientChannelError(
                             f"SMTP server {self.host}:{self.port} closed the session"
                         ) from None
+                except Exception as exc:  # whatever it was, the session's state is unknown
+                    self._drop()
+                    raise TransientChannelError(f"SMTP envelope failed: {exc!r}") from exc
             else:  # pragma: no cover - the second pass always uses a fresh session
                 raise TransientChannelError("SMTP session could not be reopened")
-            code, reply = self._data(smtp, payload)
+            try:
+                code, reply = self._data(smtp, payload)
+            except (TransientChannelError, PermanentChannelError, OutcomeUnknownError):
+                raise
+            except Exception as exc:  # the payload may have gone out: unknown, and reconnect
+                self._drop()
+                raise OutcomeUnknownError(f"SMTP DATA failed: {exc!r}") from exc
         detail: dict[str, Any] = {
             "smtp": f"{code} {reply}",
             "message_id": message_id,
@@ -329,6 +347,11 @@ class EmailChannel(Channel):
             code, reply = smtp.mail(self._envelope_from)
             if code == 421:
                 raise _StaleSession
+            if code == 503:  # "bad sequence": our session is out of step, not the message
+                self._drop()
+                raise TransientChannelError(
+                    f"SMTP MAIL FROM out of sequence: {code} {_text(reply)}"
+                )
             if code != 250:
                 self._reset(smtp)
                 raise _refusal("MAIL FROM", code, reply)

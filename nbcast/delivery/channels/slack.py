@@ -44,8 +44,10 @@ no per-request state on the client, so one channel may be shared by threads.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import ssl
 from datetime import timedelta
 from typing import Any, ClassVar, cast
 from urllib.error import URLError
@@ -71,6 +73,9 @@ EVENT_TYPE = "nbcast_delivery"
 _TRANSIENT_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
+_HISTORY_PAGES = 10
+"""How many pages of history :meth:`SlackChannel.check` reads at most."""
+_MAYBE_POSTED_ERRORS = frozenset({"internal_error", "fatal_error", "request_timeout"})
 _HISTORY_SLACK = timedelta(minutes=10)
 """How far before the run's end :meth:`SlackChannel.check` looks (clock skew)."""
 
@@ -135,11 +140,16 @@ class SlackChannel(Channel):
                 metadata={"event_type": EVENT_TYPE, "event_payload": {"key": message.key}},
                 unfurl_links=False,
             )
-        except (TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, ConnectionError, ssl.SSLError, http.client.HTTPException) as exc:
             # Raised while reading the answer: the request itself went out.
             raise OutcomeUnknownError(f"Slack did not answer chat.postMessage: {exc}") from exc
         except Exception as exc:
-            raise _mapped(exc) from exc
+            mapped = _mapped(exc)
+            if isinstance(exc, SlackApiError) and _maybe_posted(exc):
+                # Slack (or a proxy) failed after taking the request: "some of the
+                # operation may have succeeded". Check before posting again.
+                raise OutcomeUnknownError(str(mapped)) from exc
+            raise mapped from exc
         channel, ts = str(posted["channel"]), str(posted["ts"])
         detail: dict[str, Any] = {"channel": channel, "ts": ts}
         if self.upload_files and message.attachments:
@@ -163,39 +173,48 @@ class SlackChannel(Channel):
         recent history (``history_limit`` messages since shortly before the run
         ended) by its metadata key or, failing that, the key in its text or blocks.
 
-        None when it is not there — or when the history cannot be read for good
-        (``missing_scope``, or a recipient given by name, which
-        ``conversations.history`` does not accept): the ledger then sends again and
+        None when it is not there. When the history cannot be read for good
+        (``missing_scope``, a recipient given by name, which ``conversations.history``
+        does not accept, or more pages than it reads) it raises
+        :class:`~nbcast.errors.PermanentChannelError`: the ledger then sends again and
         marks a possible duplicate. A transient failure to look raises
         :class:`~nbcast.errors.TransientChannelError`, so that a resend is not decided
         on a history nobody could read.
         """
         oldest = message.report.finished_at - _HISTORY_SLACK
-        try:
-            history = self.client.conversations_history(
-                channel=message.recipient,
-                limit=self.history_limit,
-                oldest=f"{oldest.timestamp():.6f}",
-                include_all_metadata=True,
-            )
-        except (TimeoutError, ConnectionError) as exc:
-            raise TransientChannelError(f"Slack history could not be read: {exc}") from exc
-        except Exception as exc:
-            mapped = _mapped(exc)
-            if isinstance(mapped, TransientChannelError):
-                raise mapped from exc
-            log.warning("delivery %s: cannot look in Slack history: %s", message.key, exc)
-            return None
         found: dict[str, Any] | None = None
-        for item in history.get("messages") or []:
-            metadata = item.get("metadata") or {}
-            payload = metadata.get("event_payload") or {}
-            if metadata.get("event_type") == EVENT_TYPE and payload.get("key") == message.key:
-                found = {"found_by": "metadata", **_posted(item, message)}
-                break
-            if found is None and message.key in _visible_text(item):
-                found = {"found_by": "text", **_posted(item, message)}
-        return None if found is None else Receipt(found)
+        cursor: str | None = None
+        for _ in range(_HISTORY_PAGES):  # every message since shortly before the run ended
+            try:
+                history = self.client.conversations_history(
+                    channel=message.recipient,
+                    limit=self.history_limit,
+                    oldest=f"{oldest.timestamp():.6f}",
+                    include_all_metadata=True,
+                    cursor=cursor,
+                )
+            except (TimeoutError, ConnectionError) as exc:
+                raise TransientChannelError(f"Slack history could not be read: {exc}") from exc
+            except Exception as exc:
+                mapped = _mapped(exc)
+                if isinstance(mapped, TransientChannelError):
+                    raise mapped from exc
+                raise PermanentChannelError(  # the ledger sends, marked a possible duplicate
+                    f"Slack history cannot be read: {exc}"
+                ) from exc
+            for item in history.get("messages") or []:
+                metadata = item.get("metadata") or {}
+                payload = metadata.get("event_payload") or {}
+                if metadata.get("event_type") == EVENT_TYPE and payload.get("key") == message.key:
+                    return Receipt({"found_by": "metadata", **_posted(item, message)})
+                if found is None and message.key in _visible_text(item):
+                    found = {"found_by": "text", **_posted(item, message)}
+            cursor = (history.get("response_metadata") or {}).get("next_cursor") or None
+            if not history.get("has_more") or not cursor:
+                return None if found is None else Receipt(found)
+        if found is not None:
+            return Receipt(found)
+        raise PermanentChannelError(f"Slack history beyond {_HISTORY_PAGES} pages: cannot tell")
 
     def close(self) -> None:
         """Nothing to release: the client holds no connections between requests."""
@@ -254,6 +273,15 @@ def _retry_after(headers: dict[str, Any]) -> float | None:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+def _maybe_posted(exc: SlackApiError) -> bool:
+    """Whether a failed ``chat.postMessage`` may still have posted: a 5xx from Slack or
+    a proxy, or an error Slack documents as "some of the operation may have
+    succeeded". (A 429 or any other error means it was not posted.)"""
+    response: SlackResponse = exc.response
+    error = response.get("error") if isinstance(response.data, dict) else None
+    return response.status_code >= 500 or error in _MAYBE_POSTED_ERRORS
 
 
 def _mapped(exc: Exception) -> TransientChannelError | PermanentChannelError:

@@ -34,7 +34,8 @@ depends_on = None
 CLAIM_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION nbcast_claim_runs(
     p_owner text, p_limit integer, p_now timestamptz, p_lease interval,
-    p_host text, p_engine text, p_month timestamptz, p_rate double precision)
+    p_host text, p_engine text, p_month timestamptz, p_rate double precision,
+    p_real boolean)
 RETURNS TABLE (
     out_kind text, out_tenant_id integer, out_n integer, out_expires_at timestamptz,
     run_id bigint, attempt integer, definition_id integer, version integer,
@@ -129,9 +130,9 @@ BEGIN
         CONTINUE WHEN chosen IS NULL;
         remaining := remaining - cardinality(chosen);
         -- The lease starts now, under the tenant lock, not when the claim began. A
-        -- real-time caller (rate 1) takes the time as it is now; a simulated clock's
+        -- real-time caller (p_real) takes the time as it is now; a simulated clock's
         -- instant moves on by the real time since the call, at the clock's rate.
-        leased_at := CASE WHEN p_rate = 1 THEN clock_timestamp()
+        leased_at := CASE WHEN p_real THEN clock_timestamp()
                           ELSE p_now + (clock_timestamp() - statement_timestamp()) * p_rate
                      END;
         RETURN QUERY
@@ -195,5 +196,6 @@ def downgrade() -> None:
             )
         op.execute(
             "DROP FUNCTION IF EXISTS nbcast_claim_runs"
-            "(text, integer, timestamptz, interval, text, text, timestamptz, double precision)"
+            "(text, integer, timestamptz, interval, text, text, timestamptz, double precision, "
+            "boolean)"
         )
