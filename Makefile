@@ -39,13 +39,14 @@ demo: install lake
 
 test: install lake
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
+	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 	cd notebooks/examples && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax -q .
 
 lint: install
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
-	$(BIN)/ruff format --check nbcast tests benchmarks scripts || true
+	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 
 typecheck: install
 	$(BIN)/mypy

@@ -35,8 +35,16 @@ from nbcast.db import Database
 from nbcast.executor.models import Run
 from nbcast.scheduler.materializer import Materializer
 
-ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata", "Australia/Sydney",
-         "America/Los_Angeles", "Asia/Tokyo", "Europe/London"]
+ZONES = [
+    "UTC",
+    "America/New_York",
+    "Europe/Berlin",
+    "Asia/Kolkata",
+    "Australia/Sydney",
+    "America/Los_Angeles",
+    "Asia/Tokyo",
+    "Europe/London",
+]
 T0 = datetime(2026, 6, 15, 9, 0, tzinfo=UTC)  # an ordinary day in every zone
 
 
@@ -54,22 +62,41 @@ def seed(db: Database, count: int, published: datetime) -> None:
     """Insert ``count`` definitions with one version each (setup, not measured)."""
     notebook = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
     with db.engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO users (tenant_id, name, role, created_at) "
-                             "VALUES (1, 'bench', 'author', now())"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO users (tenant_id, name, role, created_at) "
+                "VALUES (1, 'bench', 'author', now())"
+            )
+        )
         for start in range(0, count, 10_000):
             ids = range(start + 1, min(start + 10_000, count) + 1)
-            conn.execute(sa.text(
-                "INSERT INTO report_definitions (id, tenant_id, name, source_path, created_by,"
-                " created_at, latest_version) VALUES (:id, 1, :name, :path, 1, :at, 1)"),
-                [{"id": i, "name": f"def-{i}", "path": f"/bench/{i}.ipynb", "at": published}
-                 for i in ids])
-            conn.execute(sa.text(
-                "INSERT INTO definition_versions (tenant_id, definition_id, version, sha256,"
-                " notebook_json, parameter_schema, spec, author_id, message, created_at)"
-                " VALUES (1, :id, 1, :sha, :nb, '[]', CAST(:spec AS jsonb), 1, '', :at)"),
-                [{"id": i, "sha": f"{i:064d}", "nb": notebook,
-                  "spec": json.dumps({"schedule": schedule_for(i)}), "at": published}
-                 for i in ids])
+            conn.execute(
+                sa.text(
+                    "INSERT INTO report_definitions (id, tenant_id, name, source_path, created_by,"
+                    " created_at, latest_version) VALUES (:id, 1, :name, :path, 1, :at, 1)"
+                ),
+                [
+                    {"id": i, "name": f"def-{i}", "path": f"/bench/{i}.ipynb", "at": published}
+                    for i in ids
+                ],
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO definition_versions (tenant_id, definition_id, version, sha256,"
+                    " notebook_json, parameter_schema, spec, author_id, message, created_at)"
+                    " VALUES (1, :id, 1, :sha, :nb, '[]', CAST(:spec AS jsonb), 1, '', :at)"
+                ),
+                [
+                    {
+                        "id": i,
+                        "sha": f"{i:064d}",
+                        "nb": notebook,
+                        "spec": json.dumps({"schedule": schedule_for(i)}),
+                        "at": published,
+                    }
+                    for i in ids
+                ],
+            )
 
 
 def reset(db: Database) -> None:
@@ -91,9 +118,10 @@ def throughput(url: str, replicas: int, now: datetime) -> dict[str, Any]:
     Materializer(db, FixedClock(now), name="sync").sync()
     sync_seconds = time.perf_counter() - started
     queue: Any = multiprocessing.get_context("fork").Queue()
-    procs = [multiprocessing.get_context("fork").Process(target=_replica,
-                                                         args=(url, now, i, queue))
-             for i in range(replicas)]
+    procs = [
+        multiprocessing.get_context("fork").Process(target=_replica, args=(url, now, i, queue))
+        for i in range(replicas)
+    ]
     started = time.perf_counter()
     for p in procs:
         p.start()
@@ -104,8 +132,14 @@ def throughput(url: str, replicas: int, now: datetime) -> dict[str, Any]:
     with db.session() as session:
         rows = session.scalar(sa.select(sa.func.count()).select_from(Run))
     db.dispose()
-    return {"replicas": replicas, "slots": slots, "rows": rows, "seconds": round(elapsed, 2),
-            "slots_per_s": round(slots / elapsed), "sync_seconds": round(sync_seconds, 2)}
+    return {
+        "replicas": replicas,
+        "slots": slots,
+        "rows": rows,
+        "seconds": round(elapsed, 2),
+        "slots_per_s": round(slots / elapsed),
+        "sync_seconds": round(sync_seconds, 2),
+    }
 
 
 def reference_insert(url: str, rows: int) -> dict[str, Any]:
@@ -114,14 +148,28 @@ def reference_insert(url: str, rows: int) -> dict[str, Any]:
     reset(db)
     from nbcast.db import insert_many_ignore
 
-    built = [{"tenant_id": 1, "definition_id": 1 + i % 1000, "version_id": 1 + i % 1000,
-              "version": 1, "kind": "scheduled", "slot_key": f"k{i}",
-              "fire_at": T0, "state": "QUEUED", "reason": None, "parameters": {}, "serial": True,
-              "not_before": T0, "created_at": T0} for i in range(rows)]
+    built = [
+        {
+            "tenant_id": 1,
+            "definition_id": 1 + i % 1000,
+            "version_id": 1 + i % 1000,
+            "version": 1,
+            "kind": "scheduled",
+            "slot_key": f"k{i}",
+            "fire_at": T0,
+            "state": "QUEUED",
+            "reason": None,
+            "parameters": {},
+            "serial": True,
+            "not_before": T0,
+            "created_at": T0,
+        }
+        for i in range(rows)
+    ]
     started = time.perf_counter()
     for start in range(0, rows, 20_000):
         with db.session() as session:
-            insert_many_ignore(session, Run, built[start:start + 20_000])
+            insert_many_ignore(session, Run, built[start : start + 20_000])
     elapsed = time.perf_counter() - started
     db.dispose()
     return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed)}
@@ -143,8 +191,9 @@ class _Recording(Materializer):
         self._local.batch = []
         claimed = super()._materialize_batch(now, result)
         committed = datetime.now(UTC)
-        self.samples.extend((fire, (committed - fire).total_seconds())
-                            for fire in self._local.batch)
+        self.samples.extend(
+            (fire, (committed - fire).total_seconds()) for fire in self._local.batch
+        )
         return claimed
 
 
@@ -161,14 +210,14 @@ def fire_latency(url: str, minutes: float, active: int, replicas: int = 1) -> di
         conn.execute(sa.text("UPDATE definition_versions SET created_at = :now"), {"now": now})
     Materializer(db, SystemClock(), name="sync").sync()
     with db.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE schedule_states SET paused = (definition_id > :n)"),
-                     {"n": active})
+        conn.execute(
+            sa.text("UPDATE schedule_states SET paused = (definition_id > :n)"), {"n": active}
+        )
         conn.execute(sa.text("ANALYZE"))
     measured_from = datetime.now(UTC)
     services = []
     for i in range(replicas):
-        service = SchedulerService(db, SystemClock(), name=f"latency-{i}", batch=500,
-                                   max_sleep=1.0)
+        service = SchedulerService(db, SystemClock(), name=f"latency-{i}", batch=500, max_sleep=1.0)
         service.materializer = _Recording(db, service.clock, name=f"latency-{i}", batch=500)
         services.append(service)
     threads = [threading.Thread(target=s.run) for s in services]
@@ -179,15 +228,20 @@ def fire_latency(url: str, minutes: float, active: int, replicas: int = 1) -> di
         s.stop()
     for t in threads:
         t.join()
-    values = sorted(v for s in services for fire, v in s.materializer.samples
-                    if fire >= measured_from)
+    values = sorted(
+        v for s in services for fire, v in s.materializer.samples if fire >= measured_from
+    )
     db.dispose()
     if not values:
         return {"samples": 0}
-    return {"active_definitions": active, "replicas": replicas, "samples": len(values),
-            "p50_s": round(statistics.median(values), 3),
-            "p99_s": round(values[int(len(values) * 0.99) - 1], 3),
-            "max_s": round(values[-1], 3)}
+    return {
+        "active_definitions": active,
+        "replicas": replicas,
+        "samples": len(values),
+        "p50_s": round(statistics.median(values), 3),
+        "p99_s": round(values[int(len(values) * 0.99) - 1], 3),
+        "max_s": round(values[-1], 3),
+    }
 
 
 def main() -> None:
@@ -210,16 +264,26 @@ def main() -> None:
                 f"{n}_definitions": fire_latency(url, args.latency_minutes, n)
                 for n in (10_000, args.definitions)
             }
-    print(json.dumps({
-        "benchmark": "materialize", "definitions": args.definitions,
-        "minutes_due": args.minutes_due,
-        "throughput": {"one_replica": one, "three_replicas": three,
-                       "reference_insert_rows_per_s": reference["rows_per_s"],
-                       "one_replica_over_reference": round(
-                           one["slots_per_s"] / reference["rows_per_s"], 3)},
-        "fire_latency": latency,
-        "targets": {"slots_per_s_one_replica": 20_000, "p99_fire_latency_s": 1.0},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "materialize",
+                "definitions": args.definitions,
+                "minutes_due": args.minutes_due,
+                "throughput": {
+                    "one_replica": one,
+                    "three_replicas": three,
+                    "reference_insert_rows_per_s": reference["rows_per_s"],
+                    "one_replica_over_reference": round(
+                        one["slots_per_s"] / reference["rows_per_s"], 3
+                    ),
+                },
+                "fire_latency": latency,
+                "targets": {"slots_per_s_one_replica": 20_000, "p99_fire_latency_s": 1.0},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,13 @@ __all__: list[str] = []
     "--exit-when-idle", is_flag=True, help="Exit once nothing is due and nothing is running."
 )
 @click.option("--no-warm-kernels", is_flag=True, help="Start a fresh kernel per run.")
-@click.option("--retry-backoff", type=float, default=30.0, show_default=True,
-              help="Base seconds of the exponential backoff before a retry.")
+@click.option(
+    "--retry-backoff",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Base seconds of the exponential backoff before a retry.",
+)
 @pass_app
 def worker(
     app: AppContext,

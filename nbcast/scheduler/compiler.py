@@ -305,8 +305,11 @@ def _day_times(
     """
     pairs = [(h, m) for h in hours for m in minutes]
     sods = tuple(h * 3600 + m * 60 for h, m in pairs)
-    return sods, tuple(f"{h:02d}:{m:02d}" for h, m in pairs), tuple(
-        timedelta(seconds=x) for x in sods)
+    return (
+        sods,
+        tuple(f"{h:02d}:{m:02d}" for h, m in pairs),
+        tuple(timedelta(seconds=x) for x in sods),
+    )
 
 
 class CronSchedule(CompiledSchedule):

@@ -39,26 +39,48 @@ END = datetime(2026, 11, 19, 0, 0, tzinfo=UTC)  # a month across EU and US fall-
 FACTOR = 80_000  # simulated seconds per real second: the month takes ~32 s
 SCHEDULES: dict[str, dict[str, Any]] = {
     "every-minute-utc": {"cron": "* * * * *", "overlap": "allow"},
-    "five-min-new-york": {"cron": "*/5 * * * *", "timezone": "America/New_York",
-                          "overlap": "skip"},
-    "hourly-berlin": {"cron": "0 * * * *", "timezone": "Europe/Berlin",
-                      "misfire": {"policy": "run_all"}, "overlap": "buffer_all"},
-    "hourly-kolkata": {"cron": "30 * * * *", "timezone": "Asia/Kolkata",
-                       "misfire": {"policy": "skip", "grace": "1m"}},
-    "daily-0130-new-york": {"cron": "30 1 * * *", "timezone": "America/New_York",
-                            "dst": {"fold": "both"}},
+    "five-min-new-york": {"cron": "*/5 * * * *", "timezone": "America/New_York", "overlap": "skip"},
+    "hourly-berlin": {
+        "cron": "0 * * * *",
+        "timezone": "Europe/Berlin",
+        "misfire": {"policy": "run_all"},
+        "overlap": "buffer_all",
+    },
+    "hourly-kolkata": {
+        "cron": "30 * * * *",
+        "timezone": "Asia/Kolkata",
+        "misfire": {"policy": "skip", "grace": "1m"},
+    },
+    "daily-0130-new-york": {
+        "cron": "30 1 * * *",
+        "timezone": "America/New_York",
+        "dst": {"fold": "both"},
+    },
     "daily-sydney": {"cron": "0 7 * * 1-5", "timezone": "Australia/Sydney"},
-    "daily-london": {"cron": "15 1 * * *", "timezone": "Europe/London",
-                     "overlap": "replace"},
+    "daily-london": {"cron": "15 1 * * *", "timezone": "Europe/London", "overlap": "replace"},
     "every-7m": {"every": "7m", "overlap": "buffer_one"},
 }
 
 
 def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "nbcast", "scheduler", "run", "--name", name,
-         "--max-sleep", "60", "--batch", "3"],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "nbcast",
+            "scheduler",
+            "run",
+            "--name",
+            name,
+            "--max-sleep",
+            "60",
+            "--batch",
+            "3",
+        ],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
@@ -69,16 +91,20 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
     db = Database.open(pg_url)
     _reset_postgres(db)
     for name, schedule in SCHEDULES.items():
-        path = make_notebook(tmp_path / f"{name}.ipynb",
-                             nbcast={"name": name, "schedule": schedule})
+        path = make_notebook(
+            tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule}
+        )
         publish(db, path, tenant="default", author="t", now=START)
 
     epoch = time.time() + 1.0
-    env = {**os.environ, "NBCAST_DATABASE_URL": pg_url,
-           "NBCAST_CLOCK": f"accelerated:{START.isoformat()}:{FACTOR}",
-           "NBCAST_CLOCK_EPOCH": str(epoch),
-           "NBCAST_CRASH_AT": "after_runs_insert:0.02,after_watermark_update:0.02",
-           "NBCAST_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "NBCAST_DATABASE_URL": pg_url,
+        "NBCAST_CLOCK": f"accelerated:{START.isoformat()}:{FACTOR}",
+        "NBCAST_CLOCK_EPOCH": str(epoch),
+        "NBCAST_CRASH_AT": "after_runs_insert:0.02,after_watermark_update:0.02",
+        "NBCAST_HOME": str(tmp_path / "home"),
+    }
     real_seconds = (END - START).total_seconds() / FACTOR
     rng = random.Random(20261101)
     log = tmp_path / "schedulers.log"
@@ -110,16 +136,26 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
     final = subprocess.run(
         [sys.executable, "-m", "nbcast", "scheduler", "tick", "--now", END.isoformat()],
         env={**env, "NBCAST_CRASH_AT": "", "NBCAST_CLOCK": f"fixed:{END.isoformat()}"},
-        capture_output=True, text=True, check=False)
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert final.returncode == 0, final.stderr
 
     with db.session() as session:
-        states = {d: s for d, s in session.execute(
-            sa.select(ReportDefinition.name, ScheduleState)
-            .join(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)).all()}
+        states = {
+            d: s
+            for d, s in session.execute(
+                sa.select(ReportDefinition.name, ScheduleState).join(
+                    ScheduleState, ScheduleState.definition_id == ReportDefinition.id
+                )
+            ).all()
+        }
         runs = session.execute(
-            sa.select(ReportDefinition.name, Run.slot_key, Run.state, Run.reason)
-            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)).all()
+            sa.select(ReportDefinition.name, Run.slot_key, Run.state, Run.reason).join(
+                ReportDefinition, ReportDefinition.id == Run.definition_id
+            )
+        ).all()
     assert set(states) == set(SCHEDULES)
     by_definition: dict[str, list[str]] = {}
     for name, key, state, reason in runs:
@@ -134,8 +170,12 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
         first = initial_watermark(START, spec.schedule)
         # The replicas' clock may have run a little past END before they stopped.
         until = max(END, states[name].watermark)
-        expected = [s.key for s in compiled.slots(first + timedelta(microseconds=1),
-                                                   until + timedelta(microseconds=1))]
+        expected = [
+            s.key
+            for s in compiled.slots(
+                first + timedelta(microseconds=1), until + timedelta(microseconds=1)
+            )
+        ]
         got = by_definition.get(name, [])
         assert len(got) == len(set(got)), f"{name}: a slot has two rows"
         assert sorted(got) == sorted(expected), f"{name}: rows differ from the schedule"

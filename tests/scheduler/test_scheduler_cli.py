@@ -25,12 +25,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def published(use_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-              capsys: pytest.CaptureFixture[str]) -> str:
+def published(
+    use_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
     monkeypatch.setenv("NBCAST_CLOCK", "fixed:2026-03-07T00:00:00Z")
-    path = make_notebook(tmp_path / "ny.ipynb", nbcast={
-        "name": "ny", "schedule": {"cron": "30 2 * * *", "timezone": "America/New_York",
-                                   "overlap": "allow"}})
+    path = make_notebook(
+        tmp_path / "ny.ipynb",
+        nbcast={
+            "name": "ny",
+            "schedule": {"cron": "30 2 * * *", "timezone": "America/New_York", "overlap": "allow"},
+        },
+    )
     assert run(capsys, "publish", str(path))[0] == 0
     return use_db
 
@@ -48,8 +53,7 @@ def test_tick_and_runs_list(published: str, capsys: pytest.CaptureFixture[str]) 
         ("2026-03-07T02:30", "2026-03-07T07:30:00Z", "scheduled", "QUEUED"),
         ("2026-03-08T02:30", "2026-03-08T07:00:00Z", "scheduled", "QUEUED"),  # shifted
     ]
-    code, out, _ = run(capsys, "runs", "list", "--definition", "ny", "--state", "missed",
-                       "--json")
+    code, out, _ = run(capsys, "runs", "list", "--definition", "ny", "--state", "missed", "--json")
     assert json.loads(out) == []
     code, out, _ = run(capsys, "runs", "list")
     assert "2026-03-08T02:30" in out
@@ -63,31 +67,44 @@ def test_pause_resume_backfill_and_manual_run(
     monkeypatch.setenv("NBCAST_CLOCK", "fixed:2026-03-10T00:00:00Z")
     _, out, _ = run(capsys, "resume", "ny")
     assert "2 slots recorded SKIPPED (paused)" in out
-    _, out, _ = run(capsys, "backfill", "ny", "--from", "2026-03-01T00:00:00Z",
-                       "--to", "2026-03-07T00:00:00Z")
+    _, out, _ = run(
+        capsys, "backfill", "ny", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-07T00:00:00Z"
+    )
     assert out == "ny: 6 slots in range, 6 new backfill rows, 0 already recorded\n"
     _code, out, _ = run(capsys, "run", "ny", "-p", "top_n=3", "--json")
     assert json.loads(out)["kind"] == "manual"
     _, out, _ = run(capsys, "runs", "list", "--json")
-    kinds = sorted({(r["kind"], r["state"], r["reason"]) for r in json.loads(out)},
-                   key=str)
-    assert kinds == sorted({("backfill", "QUEUED", None), ("scheduled", "QUEUED", None),
-                            ("scheduled", "SKIPPED", "paused"), ("manual", "QUEUED", None)},
-                           key=str)
+    kinds = sorted({(r["kind"], r["state"], r["reason"]) for r in json.loads(out)}, key=str)
+    assert kinds == sorted(
+        {
+            ("backfill", "QUEUED", None),
+            ("scheduled", "QUEUED", None),
+            ("scheduled", "SKIPPED", "paused"),
+            ("manual", "QUEUED", None),
+        },
+        key=str,
+    )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(["run", "ny", "-p", "top_n\nimport os\nx=1"], "not a valid parameter name",
-                     id="name-injection"),
+        pytest.param(
+            ["run", "ny", "-p", "top_n\nimport os\nx=1"],
+            "not a valid parameter name",
+            id="name-injection",
+        ),
         pytest.param(["run", "ny", "-p", "top_n=ten"], "expected int", id="bad-value"),
         pytest.param(["runs", "list", "--state", "DONE"], "unknown run state", id="state"),
-        pytest.param(["backfill", "ny", "--from", "2026-03-05T00:00Z", "--to",
-                      "2026-03-01T00:00Z"], "--from must be before --to", id="backwards"),
+        pytest.param(
+            ["backfill", "ny", "--from", "2026-03-05T00:00Z", "--to", "2026-03-01T00:00Z"],
+            "--from must be before --to",
+            id="backwards",
+        ),
         pytest.param(["pause", "nope"], "no definition named 'nope'", id="unknown"),
-        pytest.param(["scheduler", "tick", "--now", "2026-03-08T07:05"], "no UTC offset",
-                     id="naive-now"),
+        pytest.param(
+            ["scheduler", "tick", "--now", "2026-03-08T07:05"], "no UTC offset", id="naive-now"
+        ),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(
@@ -104,17 +121,23 @@ def test_bad_input_exits_2_and_writes_nothing(
     ("argv", "message"),
     [
         pytest.param(["--cron", "61 * * * *"], "61 is outside 0-59", id="cron"),
-        pytest.param(["--cron", "* * * * *", "--tz", "Mars/Olympus"], "Mars/Olympus",
-                     id="zone"),
-        pytest.param(["--cron", "* * * * *", "--from", "2026-01-02T00:00Z", "--to",
-                      "2026-01-01T00:00Z"], "", id="from-after-to"),
-        pytest.param(["--cron", "* * * * *", "--from", "2026-01-01T00:00Z", "--to",
-                      "2026-06-01T00:00Z"], "100,000", id="too-many"),
+        pytest.param(["--cron", "* * * * *", "--tz", "Mars/Olympus"], "Mars/Olympus", id="zone"),
+        pytest.param(
+            ["--cron", "* * * * *", "--from", "2026-01-02T00:00Z", "--to", "2026-01-01T00:00Z"],
+            "",
+            id="from-after-to",
+        ),
+        pytest.param(
+            ["--cron", "* * * * *", "--from", "2026-01-01T00:00Z", "--to", "2026-06-01T00:00Z"],
+            "100,000",
+            id="too-many",
+        ),
         pytest.param(["--every", "soon"], "", id="duration"),
     ],
 )
-def test_preview_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str],
-                           message: str) -> None:
+def test_preview_bad_input(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     args = ["schedule", "preview", *argv]
     if "--from" not in argv:
         args += ["--from", "2026-01-01T00:00Z", "--to", "2026-01-02T00:00Z"]
@@ -126,9 +149,20 @@ def test_preview_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str],
 
 
 def test_preview_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "schedule", "preview", "--cron", "0 * * * *", "--tz",
-                       "America/New_York", "--from", "2026-11-01T04:00:00Z", "--to",
-                       "2026-11-02T05:00:00Z", "--json")
+    code, out, _ = run(
+        capsys,
+        "schedule",
+        "preview",
+        "--cron",
+        "0 * * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-11-01T04:00:00Z",
+        "--to",
+        "2026-11-02T05:00:00Z",
+        "--json",
+    )
     rows = json.loads(out)
     assert code == 0
     assert all(set(r) == {"slot_key", "local", "fire_at", "status", "reason"} for r in rows)
@@ -136,9 +170,13 @@ def test_preview_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixt
 
 
 def _scheduler(env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "nbcast", "scheduler", "run",
-                             "--max-sleep", "0.2"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nbcast", "scheduler", "run", "--max-sleep", "0.2"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def test_sqlite_allows_one_scheduler_and_sigterm_stops_it(nbcast_home: Path) -> None:
@@ -148,8 +186,13 @@ def test_sqlite_allows_one_scheduler_and_sigterm_stops_it(nbcast_home: Path) -> 
         deadline = time.time() + 30
         while not (nbcast_home / "scheduler.pid").exists() and time.time() < deadline:
             time.sleep(0.1)
-        second = subprocess.run([sys.executable, "-m", "nbcast", "scheduler", "run"], env=env,
-                                capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [sys.executable, "-m", "nbcast", "scheduler", "run"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2
         assert "another nbcast scheduler" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1
