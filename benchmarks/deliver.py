@@ -90,7 +90,7 @@ def _executed(marker: str) -> bytes:
 
 
 def prepare(
-    url: str, folder: Path, recipients: int, runs: int, senders: int
+    url: str, folder: Path, recipients: int, runs: int, senders: int, port: int
 ) -> tuple[Database, Ledger, int]:
     db = Database.open(url)
     clock = SystemClock()
@@ -113,18 +113,24 @@ def prepare(
         consume_outbox(session, clock.now(), limit=1000)
     RenderQueue(db, clock, store, owner="bench").render_pending(100)
     signer = Signer([("k1", "benchmark-signing-secret-0123")])
+
+    def channels() -> dict[str, Any]:  # one SMTP session per sender thread
+        return {"email": EmailChannel("127.0.0.1", port, sender="reports@example.com", timeout=30)}
+
     ledger = Ledger(
-        db, clock, store, {}, signer, owner="bench", senders=senders, make_channels=dict
+        db,
+        clock,
+        store,
+        channels(),
+        signer,
+        owner="bench",
+        senders=senders,
+        make_channels=channels,
     )
     return db, ledger, recipients * runs
 
 
-def run_nbcast(ledger: Ledger, port: int, total: int, batch: int) -> dict[str, Any]:
-    def channels() -> dict[str, Any]:
-        return {"email": EmailChannel("127.0.0.1", port, sender="reports@example.com", timeout=30)}
-
-    ledger.channels = channels()
-    ledger._make_channels = channels
+def run_nbcast(ledger: Ledger, total: int, batch: int) -> dict[str, Any]:
     started = time.perf_counter()
     while ledger.deliver_due(batch):
         pass
@@ -178,8 +184,10 @@ def main() -> None:
     sink = _smtp_sink(port)
     try:
         with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
-            db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs, args.senders)
-            nbcast = run_nbcast(ledger, port, total, args.batch)
+            db, ledger, total = prepare(
+                url, Path(tmp), args.recipients, args.runs, args.senders, port
+            )
+            nbcast = run_nbcast(ledger, total, args.batch)
             db.dispose()
         reference_one = run_reference(port, total, 1)
         reference = run_reference(port, total, args.senders)

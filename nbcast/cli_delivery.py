@@ -22,7 +22,8 @@ def _plane(
     from nbcast.artifacts import LocalArtifactStore
     from nbcast.delivery.ledger import Ledger
     from nbcast.delivery.rendering import RenderQueue
-    from nbcast.delivery.settings import build_channels, load_delivery_settings, signer_for
+    from nbcast.delivery.settings import build_channels, load_delivery_settings
+    from nbcast.delivery.signing import load_signer
 
     settings = load_delivery_settings()
     store = LocalArtifactStore(app.settings.artifacts_dir)
@@ -32,7 +33,7 @@ def _plane(
         app.clock,
         store,
         build_channels(settings),
-        signer_for(app.settings.home),
+        load_signer(app.settings.home),
         owner=owner,
         base_url=settings.base_url,
         link_ttl=settings.link_ttl,
@@ -183,10 +184,10 @@ def deliveries_list(
 def deliver(app: AppContext, run_id: int) -> None:
     """Ask for deliveries to be sent again."""
     from nbcast.delivery.ledger import retry_failed
-    from nbcast.governance.tenants import ensure_tenant
+    from nbcast.governance.tenants import get_tenant
 
     with app.db.session() as session:
-        tenant = ensure_tenant(session, app.settings.tenant)
+        tenant = get_tenant(session, app.settings.tenant)
         count = retry_failed(session, run_id, app.clock.now(), tenant_id=tenant.id)
     click.echo(f"run {run_id}: {count} failed deliveries queued again")
 
@@ -203,22 +204,22 @@ def unsubscribe(
     app: AppContext, report: str, channel: str, recipient: str | None, token: str | None
 ) -> None:
     """Stop delivering a report (or every report) to a recipient."""
-    from nbcast.delivery.settings import signer_for
+    from nbcast.delivery.signing import load_signer
     from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
     from nbcast.errors import ConfigError
-    from nbcast.governance.tenants import ensure_tenant
+    from nbcast.governance.tenants import get_tenant
 
     now = app.clock.now()
     with app.db.session() as session:
         if token:
-            named = use_token(session, signer_for(app.settings.home), token, now, source="cli")
+            named = use_token(session, load_signer(app.settings.home), token, now, source="cli")
             click.echo(
                 f"unsubscribed {named['recipient']} from {named['scope']} ({named['channel']})"
             )
             return
         if not recipient:
             raise ConfigError("give --to RECIPIENT or --token TOKEN")
-        tenant = ensure_tenant(session, app.settings.tenant)
+        tenant = get_tenant(session, app.settings.tenant)
         record_unsubscribe(
             session,
             tenant_id=tenant.id,
@@ -295,9 +296,9 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
 def links_revoke(app: AppContext, link_id: int) -> None:
     """Revoke a signed link: it stops opening at once."""
     from nbcast.delivery.links import revoke_link
-    from nbcast.governance.tenants import ensure_tenant
+    from nbcast.governance.tenants import get_tenant
 
     with app.db.session() as session:
-        tenant = ensure_tenant(session, app.settings.tenant)
+        tenant = get_tenant(session, app.settings.tenant)
         done = revoke_link(session, link_id, app.clock.now(), tenant_id=tenant.id)
     click.echo(f"link {link_id}: " + ("revoked" if done else "no such link, or already revoked"))

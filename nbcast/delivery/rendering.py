@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.artifacts import ArtifactStore
+from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.intake import spec_of
@@ -194,7 +195,7 @@ class RenderQueue:
     def __init__(
         self,
         db: Database,
-        clock: Any,
+        clock: Clock,
         store: ArtifactStore,
         *,
         owner: str,

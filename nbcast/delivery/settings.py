@@ -28,12 +28,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from nbcast.definitions.spec import parse_duration
 from nbcast.delivery.channels import Channel, channels
-from nbcast.delivery.signing import Signer, load_signer
 from nbcast.errors import ConfigError
 
 __all__ = ["DeliverySettings", "build_channels", "load_delivery_settings"]
@@ -104,8 +102,3 @@ def build_channels(settings: DeliverySettings) -> dict[str, Channel]:
     if settings.webhook_secret:
         built["webhook"] = channels.create("webhook", secret=settings.webhook_secret)
     return built
-
-
-def signer_for(home: Path) -> Signer:
-    """The signer of links and unsubscribe tokens."""
-    return load_signer(home)
