@@ -47,7 +47,6 @@ handled the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -556,7 +555,7 @@ class Ledger:
         now = self.clock.now()
         verdicts: dict[int, _Verdict] = {}
         with self.db.session() as session:
-            infos = report_infos(session, sorted({r.run_id for r in claimed}))
+            infos = report_infos(session, sorted({r.run_id for r in claimed}), self._specs)
             facts = _Facts.load(session, claimed)
             for row in claimed:
                 try:
@@ -607,8 +606,7 @@ class Ledger:
         if row.only_if == "changed" and self._last_sent_digest(session, row) == digest:
             return _Verdict(DeliveryState.SUPPRESSED, "unchanged")
         if variant == "late":  # the subject and summary say so too, not just the files
-            minutes = int(max(now - row.fire_at, timedelta(0)).total_seconds() // 60)
-            report = dataclasses.replace(report, late_by=timedelta(minutes=minutes))
+            report = report.late(now)
         message = self._message(session, row, report, renditions, now)
         return _Verdict(message=message, content_sha256=digest, variant=variant)
 

@@ -52,8 +52,11 @@ __all__ = ["RenderQueue", "render_isolated", "report_infos"]
 RendererLookup = Callable[[str], Renderer]
 
 
-def report_infos(session: Session, run_ids: list[int]) -> dict[int, ReportInfo]:
-    """What delivery tells renderers and channels about each run."""
+def report_infos(
+    session: Session, run_ids: list[int], specs: dict[int, Any] | None = None
+) -> dict[int, ReportInfo]:
+    """What delivery tells renderers and channels about each run (``specs``: a cache
+    of parsed versions, shared with the caller)."""
     rows = session.execute(
         sa.select(
             Run.id,
@@ -69,7 +72,7 @@ def report_infos(session: Session, run_ids: list[int]) -> dict[int, ReportInfo]:
         .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
         .where(Run.id.in_(run_ids))
     ).all()
-    cache: dict[int, Any] = {}
+    cache: dict[int, Any] = {} if specs is None else specs
     infos = {}
     for r in rows:
         spec = spec_of(session, r.version_id, cache)
@@ -311,8 +314,7 @@ class RenderQueue:
                 with self.db.session() as session:
                     report = report_infos(session, [run_id])[run_id]
                 if variant == "late":
-                    lateness = max(self.clock.now() - report.fire_at, timedelta(0))
-                    report = _with_lateness(report, lateness)
+                    report = report.late(self.clock.now())
                 if notebook_sha is None:
                     missing = {"error": "NoNotebook", "message": "the run stored no notebook"}
                     result, filename, media_type = RenderResult(None, 0, 0.0, missing), None, None
@@ -369,10 +371,3 @@ class RenderQueue:
             }
         with self.db.session() as session:
             session.execute(sa.update(Rendition).where(fenced).values(**values))
-
-
-def _with_lateness(report: ReportInfo, lateness: timedelta) -> ReportInfo:
-    from dataclasses import replace
-
-    minutes = int(lateness.total_seconds() // 60)
-    return replace(report, late_by=timedelta(minutes=minutes))

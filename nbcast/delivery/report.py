@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 __all__ = ["ReportInfo"]
@@ -50,3 +50,9 @@ class ReportInfo:
     def source_date_epoch(self) -> int:
         """The slot's instant as Unix seconds (``SOURCE_DATE_EPOCH``)."""
         return int(self.fire_at.timestamp())
+
+    def late(self, now: datetime) -> ReportInfo:
+        """This report as delivered late at ``now``: ``late_by`` in whole minutes (so
+        the banner's text, and the rendered bytes, do not change within a minute)."""
+        minutes = int(max(now - self.fire_at, timedelta(0)).total_seconds() // 60)
+        return replace(self, late_by=timedelta(minutes=minutes))

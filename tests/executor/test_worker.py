@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,10 @@ def test_an_outcome_survives_a_database_outage(tmp_path: Path) -> None:
                 worker = make_worker(db, tmp_path, engine, lease_seconds=60.0)
                 assert worker._claim(1) == 1
                 ended = []
+                deadline = time.monotonic() + 120
                 while not ended:  # wait for the engine, not recording anything yet
+                    assert time.monotonic() < deadline, "the run did not end within 120 s"
+                    time.sleep(0.05)
                     ended = engine.poll()
                 connections(allow=False)
                 worker._record(ended)  # the database is away: nothing is lost

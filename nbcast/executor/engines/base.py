@@ -1,4 +1,5 @@
-"""The engine contract and the engine registry.
+"""The engine contract and the engine registry (``local``, ``ray``, and third parties'
+through the entry point group ``nbcast.engines``; see :mod:`nbcast.registry`).
 
 An :class:`Engine` runs attempts (:class:`~nbcast.executor.attempt.AttemptJob`) and
 reports how they ended. The worker owns leases and every database write; an engine
@@ -20,14 +21,12 @@ only executes. Its contract:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from nbcast.errors import ConfigError
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.registry import Registry
 
-__all__ = ["Engine", "EngineRegistry", "Resources", "engines"]
+__all__ = ["Engine", "Resources", "engines"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,49 +67,12 @@ class Engine(ABC):
         self.close()
 
 
-class EngineRegistry:
-    """Engine factories by name, papermill-style; ``nbcast.engines`` entry points too."""
-
-    def __init__(self) -> None:
-        self._factories: dict[str, Callable[..., Engine]] = {}
-
-    def register(self, name: str, factory: Callable[..., Engine]) -> None:
-        """Make ``factory`` available as ``name``."""
-        self._factories[name] = factory
-
-    def register_entry_points(self) -> None:
-        """Register every engine of the ``nbcast.engines`` entry point group."""
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group="nbcast.engines"):
-            self.register(point.name, point.load())
-
-    def create(self, name: str, **options: Any) -> Engine:
-        """A new engine ``name`` built with ``options``."""
-        if name not in self._factories:
-            self._builtins()
-            self.register_entry_points()
-        try:
-            factory = self._factories[name]
-        except KeyError:
-            known = ", ".join(sorted(self._factories)) or "none"
-            raise ConfigError(f"unknown engine {name!r} (known: {known})") from None
-        return factory(**options)
-
-    def _builtins(self) -> None:
-        def local(**options: Any) -> Engine:
-            from nbcast.executor.engines.local import LocalEngine
-
-            return LocalEngine(**options)
-
-        def ray(**options: Any) -> Engine:
-            from nbcast.executor.engines.ray import RayEngine
-
-            return RayEngine(**options)
-
-        self._factories.setdefault("local", local)
-        self._factories.setdefault("ray", ray)
-
-
-engines = EngineRegistry()
+engines: Registry[Engine] = Registry(
+    "engine",
+    "nbcast.engines",
+    {
+        "local": "nbcast.executor.engines.local:LocalEngine",
+        "ray": "nbcast.executor.engines.ray:RayEngine",
+    },
+)
 """The process-wide engine registry."""
