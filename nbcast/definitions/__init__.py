@@ -38,11 +38,12 @@ _WHERE = {
     "list_versions": "versions",
     "publish": "versions",
     "diff_versions": "diff",
-    "render_diff": "diff",
+    "render_diff": "diff_render",
 }
 
 if TYPE_CHECKING:
-    from nbcast.definitions.diff import diff_versions, render_diff
+    from nbcast.definitions.diff import diff_versions
+    from nbcast.definitions.diff_render import render_diff
     from nbcast.definitions.parameters import (
         Parameter,
         parse_parameters_cell,

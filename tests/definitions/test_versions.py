@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nbcast.db import Database
-from nbcast.definitions.diff import diff_versions, render_diff
+from nbcast.definitions.diff import diff_versions
+from nbcast.definitions.diff_render import render_diff
 from nbcast.definitions.versions import get_version, list_definitions, list_versions, publish
 from nbcast.errors import DuplicateDefinitionError, UnknownDefinitionError
 from tests.notebooks import make_notebook

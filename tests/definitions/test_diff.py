@@ -1,0 +1,302 @@
+"""Bounded notebook diffs: nbdime's diff for ordinary cells, coarse and cheap for the rest.
+
+No timings here: the bounds are shown by the diff's structure (no character diff of a
+long line, anchored alignment, the budget's effect), and every diff must patch the
+old notebook into the new one with nbdime's own ``patch``.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nbdime
+import nbformat
+import pytest
+from nbdime.diff_utils import to_diffentry_dicts
+from nbdime.prettyprint import PrettyPrintConfig, pretty_print_diff
+
+from nbcast.db import Database
+from nbcast.definitions.diff import (
+    CELL_GAP_PAIRS,
+    LONG_LINE,
+    MAX_EXTERNAL_RENDERS,
+    MAX_RENDER_CHARS,
+    diff_notebooks_bounded,
+    diff_versions,
+)
+from nbcast.definitions.diff_render import patch_text, render_diff
+from nbcast.definitions.notebook import canonical_json, notebook_sha256
+from nbcast.definitions.versions import VersionInfo, get_version, publish
+from tests.notebooks import make_notebook
+
+
+def _cell(ident: str, source: str, kind: str = "code", **extra: Any) -> dict[str, Any]:
+    cell: dict[str, Any] = {"cell_type": kind, "id": ident, "metadata": {}, "source": source}
+    if kind == "code":
+        cell.update(outputs=[], execution_count=None)
+    cell.update(extra)
+    return cell
+
+
+def _notebook(cells: list[dict[str, Any]], **metadata: Any) -> dict[str, Any]:
+    return {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _version(notebook: dict[str, Any], number: int) -> VersionInfo:
+    return VersionInfo(
+        definition="report",
+        version=number,
+        sha256=notebook_sha256(notebook),
+        author="ana",
+        message="",
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        schema=(),
+        block={},
+        notebook_json=canonical_json(notebook),
+    )
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """diff_versions of two notebooks, checked to patch ``a`` into ``b``."""
+    structured = diff_versions(_version(a, 1), _version(b, 2))
+    # Read back from JSON as nbdime reads a stored diff, then patched by nbdime.
+    as_read = to_diffentry_dicts(json.loads(json.dumps(structured)))
+    assert nbdime.patch(nbformat.from_dict(a), as_read) == nbformat.from_dict(b)
+    return structured
+
+
+def _source_diff(structured: list[dict[str, Any]], cell: int) -> list[dict[str, Any]]:
+    (cells,) = [e for e in structured if e["key"] == "cells"]
+    (patched,) = [e for e in cells["diff"] if e["op"] == "patch" and e["key"] == cell]
+    (source,) = [e for e in patched["diff"] if e["key"] == "source"]
+    ops: list[dict[str, Any]] = source["diff"]
+    return ops
+
+
+def _one_char_changed(line: str) -> str:
+    middle = len(line) // 2
+    return line[:middle] + ("#" if line[middle] != "#" else "%") + line[middle + 1 :]
+
+
+def _prose(length: int) -> str:
+    words = "sales by region grew where the forecast said it would not "
+    return (words * (length // len(words) + 1))[:length]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(_prose(LONG_LINE + 500), id="just_over_the_limit"),
+        pytest.param(_prose(20_000), id="prose_20k"),
+        pytest.param("a" * 50_000, id="repetitive_50k"),
+        pytest.param("|---" * 12_500, id="markdown_table_rule_50k"),
+    ],
+)
+def test_a_changed_long_line_is_replaced_whole(line: str) -> None:
+    old = _notebook([_cell("intro", f"# Sales\n{line}\nend\n", "markdown"), _cell("x", "x = 1")])
+    new = copy.deepcopy(old)
+    new["cells"][0]["source"] = f"# Sales\n{_one_char_changed(line)}\nend\n"
+    ops = _source_diff(_diff(old, new), 0)
+    # Line 1 out, its new version in: no character-level sub-diff.
+    assert ops == [
+        {"op": "addrange", "key": 1, "valuelist": [_one_char_changed(line) + "\n"]},
+        {"op": "removerange", "key": 1, "length": 1},
+    ]
+
+
+def test_an_ordinary_line_keeps_nbdimes_character_diff() -> None:
+    old = _notebook([_cell("p", 'region = "EMEA"\ntop_n = 5\n'), _cell("b", "print(region)\n")])
+    new = copy.deepcopy(old)
+    new["cells"][0]["source"] = 'region = "EMEA"\ntop_n = 20\n'
+    ops = _source_diff(_diff(old, new), 0)
+    assert [(e["op"], e["key"]) for e in ops] == [("patch", 1)]
+    assert {e["op"] for e in ops[0]["diff"]} <= {"addrange", "removerange"}
+
+
+_BASE = _notebook(
+    [
+        _cell("params", 'region = "EMEA"\ntop_n = 5\n', metadata={"tags": ["parameters"]}),
+        _cell("load", "import pandas as pd\ndf = pd.read_parquet(path)\ndf.head()\n"),
+        _cell(
+            "notes",
+            "# Weekly sales\n\nNumbers are net of returns.\n![logo](attachment:logo.svg)\n",
+            "markdown",
+            attachments={"logo.svg": {"image/svg+xml": "<svg>\n<rect/>\n</svg>\n"}},
+        ),
+        _cell("plot", "df.plot(x='day', y='sales')\n"),
+    ],
+    nbcast={"name": "weekly", "outputs": ["html", "pdf"]},
+)
+
+
+def _edit(change: str) -> dict[str, Any]:
+    nb = copy.deepcopy(_BASE)
+    cells = nb["cells"]
+    if change == "line":
+        cells[1]["source"] = "import pandas as pd\ndf = pd.read_parquet(path).dropna()\ndf.head()\n"
+    elif change == "insert_cell":
+        cells.insert(2, _cell("new", "df.describe()\n"))
+    elif change == "delete_cell":
+        del cells[3]
+    elif change == "retype_and_move":
+        cells[1], cells[3] = cells[3], cells[1]
+    elif change == "copy_with_new_id":
+        cells.append(_cell("copy", cells[1]["source"] + "df.tail()\n"))
+    elif change == "tags":
+        cells[0]["metadata"]["tags"] = ["parameters", "injected"]
+    elif change == "block":
+        nb["metadata"]["nbcast"]["outputs"] = ["html", "xlsx", "pdf"]
+    elif change == "attachment":
+        cells[2]["attachments"]["logo.svg"]["image/svg+xml"] = "<svg>\n<circle/>\n</svg>\n"
+    return nb
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "line",
+        "insert_cell",
+        "delete_cell",
+        "retype_and_move",
+        "copy_with_new_id",
+        "tags",
+        "block",
+        "attachment",
+    ],
+)
+def test_ordinary_notebooks_diff_exactly_as_nbdime(change: str) -> None:
+    new = _edit(change)
+    expected = nbdime.diff_notebooks(nbformat.from_dict(_BASE), nbformat.from_dict(new))
+    assert _diff(_BASE, new) == json.loads(json.dumps(expected))
+
+
+def test_rendering_matches_nbdimes_printer_for_ordinary_diffs() -> None:
+    new = _edit("line")
+    new["cells"].insert(0, _cell("new", "df.describe()\n"))
+    a, b = nbformat.from_dict(_BASE), nbformat.from_dict(new)
+    out = io.StringIO()
+    config = PrettyPrintConfig(out=out, use_git=False, use_diff=True, use_color=False)
+    pretty_print_diff(a, nbdime.diff_notebooks(a, b), "", config)
+    text = render_diff(_version(_BASE, 1), _version(new, 2))
+    assert text.split("\n", 2)[2] == out.getvalue()
+
+
+def test_the_budget_leaves_later_changes_coarse_but_correct() -> None:
+    # A 900-character run of one letter costs difflib 900 x 900 steps: the first
+    # change spends the budget on its character diff, the later ones are replaced.
+    line = "a" * 900
+    old = _notebook([_cell(f"c{i}", f"{line}\nkeep\n", "markdown") for i in range(3)])
+    new = copy.deepcopy(old)
+    for cell in new["cells"]:
+        cell["source"] = f"{_one_char_changed(line)}\nkeep\n"
+    structured = _diff(old, new)
+    assert [(e["op"], e["key"]) for e in _source_diff(structured, 0)] == [("patch", 0)]
+    for index in (1, 2):
+        # Still aligned on equal lines: only the changed line is replaced.
+        assert _source_diff(structured, index) == [
+            {"op": "addrange", "key": 0, "valuelist": [_one_char_changed(line) + "\n"]},
+            {"op": "removerange", "key": 0, "length": 1},
+        ]
+
+
+def test_a_long_source_aligns_on_its_unique_lines() -> None:
+    lines = [f"total_{i} = sales[{i}] * rate\n" for i in range(20_000)]
+    edited = list(lines)
+    edited[12_345] = "total_12345 = sales[12345] * rate * 2\n"
+    edited.insert(17_000, "print('checkpoint')\n")
+    old = _notebook([_cell("big", "".join(lines))])
+    new = _notebook([_cell("big", "".join(edited))])
+    ops = _source_diff(_diff(old, new), 0)
+    assert [(e["op"], e["key"]) for e in ops] == [("patch", 12_345), ("addrange", 17_000)]
+
+
+def test_a_wide_gap_without_anchors_is_removed_and_inserted() -> None:
+    side = int(CELL_GAP_PAIRS**0.5) + 10
+    old = _notebook([_cell(f"a{i}", f"x = {i}\n") for i in range(side)])
+    new = _notebook([_cell(f"b{i}", f"x = {i} + 1\n") for i in range(side)])
+    (cells,) = _diff(old, new)
+    assert [(e["op"], e["key"]) for e in cells["diff"]] == [("addrange", 0), ("removerange", 0)]
+
+
+def test_cells_with_new_ids_still_align_on_their_content() -> None:
+    cells = [_cell(f"a{i}", f"step_{i}()\n") for i in range(200)]
+    old = _notebook(cells)
+    new = _notebook([_cell(f"b{i}", c["source"]) for i, c in enumerate(cells)])
+    new["cells"][100]["source"] = "step_100(fast=True)\n"
+    (cells_diff,) = _diff(old, new)
+    patched = [e["key"] for e in cells_diff["diff"] if e["op"] == "patch"]
+    assert patched == list(range(200))  # aligned one to one: only their ids differ
+
+
+def test_long_metadata_strings_and_lists_are_bounded_too() -> None:
+    line = _prose(20_000)
+    old = _notebook(
+        [_cell("x", "x = 1\n")], nbcast={"note": f"a\n{line}\n", "rows": list(range(30_000))}
+    )
+    new = copy.deepcopy(old)
+    new["metadata"]["nbcast"]["note"] = f"a\n{_one_char_changed(line)}\n"
+    new["metadata"]["nbcast"]["rows"][15_000] = -1
+    (metadata,) = _diff(old, new)
+    (block,) = metadata["diff"]
+    note, rows = sorted(block["diff"], key=lambda e: e["key"])
+    assert [e["op"] for e in note["diff"]] == ["addrange", "removerange"]
+    assert [(e["op"], e["key"]) for e in rows["diff"]] == [
+        ("addrange", 15_000),
+        ("removerange", 15_000),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param("x = 1\ny = 2\n", "x = 1\ny = 3\nz = 4\n", id="char_and_line"),
+        pytest.param("a\n" + "b" * 5_000 + "\nc", "a\n" + "b" * 4_999 + "\nc\nd", id="long"),
+        pytest.param("", "new\n", id="from_empty"),
+        pytest.param("one\ntwo\nthree\n", "three\n", id="removals"),
+    ],
+)
+def test_patch_text_is_nbdimes_patch(a: str, b: str) -> None:
+    d = diff_notebooks_bounded({"s": a}, {"s": b})
+    ops = d[0]["diff"] if d else []
+    assert patch_text(a, ops) == nbdime.patch(a, ops) == b
+
+
+def test_many_changed_sources_render_in_process() -> None:
+    count = MAX_EXTERNAL_RENDERS + 1
+    old = _notebook([_cell(f"c{i}", f"a = {i}\nb = {i}\n") for i in range(count)])
+    new = _notebook([_cell(f"c{i}", f"a = {i}\nb = {i + 1}\n") for i in range(count)])
+    text = render_diff(_version(old, 1), _version(new, 2))
+    assert "+  b = 1\n" in text  # difflib's marks, not the external diff's "> "
+    few = render_diff(_version(old, 1), _version(_notebook(new["cells"][:1] + old["cells"][1:]), 2))
+    assert "> b = 1\n" in few
+
+
+def test_a_huge_rendering_is_cut_with_a_note() -> None:
+    old = _notebook([_cell("big", "x\n" + "y" * MAX_RENDER_CHARS + "\n", "markdown")])
+    new = _notebook([_cell("big", "x\n" + "z" * MAX_RENDER_CHARS + "\n", "markdown")])
+    text = render_diff(_version(old, 1), _version(new, 2))
+    body, note = text.rsplit("\n## ", 1)
+    assert note.startswith("diff cut at 2,000,000 characters")
+    assert len(body) <= MAX_RENDER_CHARS + 200  # the header is outside the cap
+    assert _diff(old, new)  # the structured diff is whole: it patches old into new
+
+
+def test_published_versions_diff_bounded(db: Database, tmp_path: Path) -> None:
+    line = _prose(20_000)
+    path = tmp_path / "sales.ipynb"
+    make_notebook(path, extra_cells=[_cell("long", f"# Sales\n{line}\n", "markdown")])
+    publish(db, path, tenant="default", author="ana")
+    changed = _one_char_changed(line)
+    make_notebook(path, extra_cells=[_cell("long", f"# Sales\n{changed}\n", "markdown")])
+    publish(db, path, tenant="default", author="ana")
+    old, new = get_version(db, "default", "sales", 1), get_version(db, "default", "sales", 2)
+    ops = _source_diff(diff_versions(old, new), 2)
+    assert [(e["op"], e["key"]) for e in ops] == [("addrange", 1), ("removerange", 1)]
+    text = render_diff(old, new)
+    assert "modified /cells/2/source" in text
+    assert f"> {changed}" in text
