@@ -17,9 +17,17 @@ delivery worker:
 3. **sends** through the channel, and records the answer at once, fenced by attempt
    and lease owner: SENT with the channel's receipt; on a transient error PENDING
    again after the channel's backoff (exponential, full jitter, at least the peer's
-   ``Retry-After``), FAILED once the channel's ``max_attempts`` are spent; FAILED at
-   once on a permanent error. Each row is tried on its own, so a failure for one
-   recipient never re-sends to the others.
+   ``Retry-After`` — cut to the channel's ``max_retry_after``, 15 minutes by
+   default), FAILED once the channel's ``max_attempts`` are spent; FAILED at once on
+   a permanent error. Each row is tried on its own, so a failure for one recipient
+   never re-sends to the others.
+
+**Poison rows fail alone.** Anything that raises while one row is decided, sent or
+recorded — a channel's bug, an answer that cannot be stored — fails that row alone,
+FAILED ``internal_error`` with a bounded message (``outcome_unknown`` if it may have
+been sent), and the batch goes on; when the batch's shared queries fail, each row is
+decided alone. Answers are written in groups, and one by one when a group fails
+(:mod:`nbcast.delivery.answers`), so no bad answer leaves a row SENDING.
 
 **Leases.** A claimed batch's leases are renewed by a heartbeat while it is sent,
 and no send starts once this worker's own view of its lease has less than a quarter
@@ -47,13 +55,12 @@ handled the same way.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-import queue
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -65,8 +72,17 @@ from sqlalchemy.orm import Session
 
 from nbcast.artifacts import ArtifactStore
 from nbcast.clock import Clock
-from nbcast.db import Database, UTCDateTime, insert_ignore
+from nbcast.db import Database, insert_ignore
 from nbcast.definitions.spec import ReportSpec, StalenessAction
+from nbcast.delivery.answers import (
+    INTERNAL_ERROR,
+    Answer,
+    Recorder,
+    error_detail,
+    record,
+    retry_delay,
+    write_answers,
+)
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
 from nbcast.delivery.intake import spec_of
 from nbcast.delivery.links import create_link
@@ -89,66 +105,12 @@ from nbcast.errors import (
 )
 from nbcast.executor.models import Run
 from nbcast.faults import crash_point
-from nbcast.retry import backoff
 
 __all__ = ["DeliveryStats", "Ledger", "retry_failed"]
 
 log = logging.getLogger(__name__)
 
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
-# Answers recorded in one round trip on PostgreSQL: the fenced ledger rows and their
-# attempts, from arrays; set_config (evaluated once, in FROM) makes the commit
-# asynchronous. Returns the ids whose lease still held.
-_RECORD = sa.text(
-    "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
-    "CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:not_befores AS timestamptz[]), "
-    "CAST(:receipts AS text[]), CAST(:errors AS text[]), CAST(:sent_ats AS timestamptz[]), "
-    "CAST(:contents AS text[]), CAST(:unknowns AS boolean[]), CAST(:duplicates AS boolean[]), "
-    "CAST(:outcomes AS text[]), CAST(:details AS text[])) AS f(id, attempt, state, reason, "
-    "not_before, receipt, error, sent_at, content, unknown, duplicate, outcome, detail)), "
-    "d AS (UPDATE deliveries x SET state = f.state, reason = f.reason, "
-    "not_before = COALESCE(f.not_before, x.not_before), "
-    "receipt = COALESCE(CAST(f.receipt AS jsonb), x.receipt), error = CAST(f.error AS jsonb), "
-    "sent_at = COALESCE(f.sent_at, x.sent_at), "
-    "content_sha256 = COALESCE(f.content, x.content_sha256), outcome_unknown = f.unknown, "
-    "possible_duplicate = x.possible_duplicate OR f.duplicate, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now "
-    "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
-    "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
-    "AND x.state = 'SENDING' RETURNING x.id), "
-    "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
-    "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
-    "WHERE y.delivery_id = f.id AND y.attempt = f.attempt) "
-    "SELECT id FROM d"
-).bindparams(sa.bindparam("now", type_=UTCDateTime()))
-
-
-def _record_arrays(answers: list[_Answer], owner: str, now: datetime) -> dict[str, Any]:
-    def js(value: Any) -> str | None:
-        return None if value is None else json.dumps(value, default=str)
-
-    def utc(value: datetime | None) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
-
-    return {
-        "ids": [a.row.id for a in answers],
-        "attempts": [a.row.attempt for a in answers],
-        "states": [a.values["state"] for a in answers],
-        "reasons": [a.values.get("reason") for a in answers],
-        "not_befores": [utc(a.values.get("not_before")) for a in answers],
-        "receipts": [js(a.values.get("receipt")) for a in answers],
-        "errors": [js(a.values.get("error")) for a in answers],
-        "sent_ats": [utc(a.values.get("sent_at")) for a in answers],
-        "contents": [a.values.get("content_sha256") for a in answers],
-        "unknowns": [bool(a.values.get("outcome_unknown", False)) for a in answers],
-        "duplicates": [bool(a.values.get("possible_duplicate", False)) for a in answers],
-        "outcomes": [a.attempt["outcome"] for a in answers],
-        "details": [js(a.attempt.get("detail")) for a in answers],
-        "owner": owner,
-        "now": now,
-    }
-
-
 _ATTEMPTS = cast(sa.Table, DeliveryAttempt.__table__)
 
 
@@ -223,70 +185,6 @@ class _Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """One send's outcome, to be recorded."""
-
-    row: _Claimed
-    values: dict[str, Any]
-    attempt: dict[str, Any]
-    then: Callable[[], None] | None
-
-
-_GROUP_WINDOW = 0.005
-"""Seconds the recorder waits for more answers to write in the same transaction."""
-
-
-class _Recorder:
-    """Records a batch's answers on a thread of its own, so that recording overlaps
-    sending. Each answer is queued the moment its send returns and written within
-    :data:`_GROUP_WINDOW` of it, together with every answer that queued up by then, in
-    one transaction (group commit). A crash loses at most the answers in flight, and
-    those rows come back as unknown outcomes (module docstring) — the same as a crash
-    between a send and its record."""
-
-    def __init__(self, write: Callable[[sa.Connection, list[_Answer]], None], db: Database) -> None:
-        self._write = write
-        self._db = db
-        self._queue: queue.Queue[_Answer | None] = queue.Queue()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="nbcast-ledger-record", daemon=True)
-        self._thread.start()
-
-    def submit(self, answer: _Answer) -> None:
-        self._queue.put(answer)
-
-    def _loop(self) -> None:
-        with self._db.engine.connect() as conn:  # opened in this thread (SQLite wants that)
-            done = False
-            while not done:
-                first = self._queue.get()
-                answers = [] if first is None else [first]
-                done = first is None
-                deadline = time.monotonic() + _GROUP_WINDOW
-                while not done:  # what queued up meanwhile, or arrives within the window
-                    try:
-                        more = self._queue.get(timeout=max(deadline - time.monotonic(), 0))
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        done = True
-                    else:
-                        answers.append(more)
-                if answers and self._error is None:
-                    try:
-                        self._write(conn, answers)
-                    except BaseException as exc:  # reported by close()
-                        self._error = exc
-
-    def close(self) -> None:
-        """Wait until every answer is written; raise the first write that failed."""
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 @dataclass
@@ -380,7 +278,7 @@ class Ledger:
         self._specs: dict[int, ReportSpec] = {}
         self._digests: dict[str, str] = {}
         self._blobs: dict[str, bytes] = {}
-        self._recorder: _Recorder | None = None
+        self._recorder: Recorder | None = None
         # Parallel sends: each sender thread has its own channels (its own SMTP
         # session), made by make_channels; without it, sends are sequential.
         self.senders = senders if make_channels is not None else 1
@@ -472,34 +370,36 @@ class Ledger:
             return 0
         self._lease_until = self.clock.now() + self.lease
         heartbeat = _Heartbeat(self, [row.id for row in claimed])
-        self._recorder = _Recorder(self._write_answers, self.db)
+        self._recorder = Recorder(self._write_answers, self.db, self._count_internal)
         try:
-            verdicts = self._decide(claimed)
+            verdicts = self._decide_each(claimed)
             sends = []
             for row in claimed:
                 verdict = verdicts[row.id]
                 if verdict.state is not None:
-                    self._finish(
+                    finish = functools.partial(
+                        self._finish,
                         row,
                         verdict.state,
                         verdict.reason,
                         outcome=verdict.state.value,
                         error=verdict.error,
                     )
+                    self._guarded(row, finish)
                 elif verdict.message is None:  # waiting for the late renditions
-                    self._release(row)
+                    self._guarded(row, functools.partial(self._release, row))
                 else:
-                    sends.append((row, verdict))
+                    sends.append((row, functools.partial(self._send, row, verdict)))
             if self.senders > 1 and len(sends) > 1:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.senders, thread_name_prefix="nbcast-send")
-                futures = [self._pool.submit(self._send, *item) for item in sends]
+                futures = [self._pool.submit(self._guarded, row, send) for row, send in sends]
                 wait(futures)  # every sender is done before the recorder closes
                 for future in futures:
                     future.result()
             else:
-                for item in sends:
-                    self._send(*item)
+                for row, send in sends:
+                    self._guarded(row, send)
         finally:
             heartbeat.stop()
             recorder, self._recorder = self._recorder, None
@@ -550,6 +450,24 @@ class Ledger:
             for channel in channels.values():
                 channel.close()
 
+    def _decide_each(self, claimed: list[_Claimed]) -> dict[int, _Verdict]:
+        """Verdicts for a batch; when the batch's queries fail, each row's alone, so
+        a row that breaks them fails by itself (``prepare_failed``)."""
+        try:
+            return self._decide(claimed)
+        except Exception:
+            log.exception("deciding %d deliveries failed; deciding each alone", len(claimed))
+        verdicts: dict[int, _Verdict] = {}
+        for row in claimed:
+            try:
+                verdicts.update(self._decide([row]))
+            except Exception as exc:
+                log.exception("delivery %d: could not prepare it", row.id)
+                verdicts[row.id] = _Verdict(
+                    DeliveryState.FAILED, "prepare_failed", error=error_detail(exc)
+                )
+        return verdicts
+
     def _decide(self, claimed: list[_Claimed]) -> dict[int, _Verdict]:
         """Verdicts for a claimed batch, from a few queries for the whole batch."""
         now = self.clock.now()
@@ -563,7 +481,9 @@ class Ledger:
                         verdict = self._verdict(session, row, infos[row.run_id], facts, now)
                 except Exception as exc:  # one bad row must not hold up its batch
                     log.exception("delivery %d: could not prepare it", row.id)
-                    verdict = _Verdict(DeliveryState.FAILED, "prepare_failed", error=_error(exc))
+                    verdict = _Verdict(
+                        DeliveryState.FAILED, "prepare_failed", error=error_detail(exc)
+                    )
                 verdicts[row.id] = verdict
         return verdicts
 
@@ -808,14 +728,20 @@ class Ledger:
             self._retry(row, channel, exc, unknown=False, retry_after=exc.retry_after)
             return
         except PermanentChannelError as exc:
-            self._finish(row, DeliveryState.FAILED, "refused", outcome="FAILED", error=_error(exc))
+            self._finish(
+                row, DeliveryState.FAILED, "refused", outcome="FAILED", error=error_detail(exc)
+            )
             return
         except Exception as exc:  # a channel bug: it may have sent, so check before resending
             log.exception("delivery %d: the %s channel failed", row.id, row.channel)
             self._retry(row, channel, exc, unknown=True)
             return
         crash_point("after_send")
-        self._sent(row, receipt, verdict, outcome="SENT", duplicate=duplicate)
+        try:
+            self._sent(row, receipt, verdict, outcome="SENT", duplicate=duplicate)
+        except Exception as exc:  # it went out: say so on the failure
+            log.exception("delivery %d: sent, but its receipt could not be recorded", row.id)
+            self._internal_failure(row, exc, sent=True)
 
     def _fence(self, row: _Claimed) -> Any:
         return sa.and_(
@@ -834,49 +760,52 @@ class Ledger:
     ) -> None:
         """Record one answer (through the batch's recorder when there is one), then
         call ``then`` if the row was still this worker's."""
-        answer = _Answer(row, values, attempt, then)
+        answer = Answer(row, values, attempt, then)
         if self._recorder is not None:
             self._recorder.submit(answer)
         else:
             with self.db.engine.connect() as conn:
-                self._write_answers(conn, [answer])
+                record(self._write_answers, conn, [answer], self._count_internal)
 
-    def _write_answers(self, conn: sa.Connection, answers: list[_Answer]) -> None:
-        """Record answers in one transaction, each fenced by attempt and lease owner
-        (a lost lease writes nothing). On PostgreSQL one statement updates the rows
-        and their attempts, and the commit does not wait for the WAL flush (module
-        docstring)."""
-        now = self.clock.now()
-        kept: set[int] = set()
-        with conn.begin():
-            if self.db.dialect == "postgresql":
-                kept = set(
-                    conn.execute(_RECORD, _record_arrays(answers, self.owner, now)).scalars()
-                )
-            else:
-                for answer in answers:
-                    row = answer.row
-                    result = conn.execute(
-                        sa.update(_DELIVERIES)
-                        .where(self._fence(row))
-                        .values(
-                            lease_owner=None, lease_expires_at=None, updated_at=now, **answer.values
-                        )
-                    )
-                    if not getattr(result, "rowcount", 0):
-                        continue  # the lease was lost: another worker has the row now
-                    conn.execute(
-                        sa.update(_ATTEMPTS)
-                        .where(
-                            DeliveryAttempt.delivery_id == row.id,
-                            DeliveryAttempt.attempt == row.attempt,
-                        )
-                        .values(ended_at=now, **answer.attempt)
-                    )
-                    kept.add(row.id)
+    def _write_answers(self, conn: sa.Connection, answers: list[Answer]) -> None:
+        """Record answers in one transaction (:func:`~nbcast.delivery.answers.
+        write_answers`), then run the callbacks of those that were still ours."""
+        kept = write_answers(
+            conn, answers, dialect=self.db.dialect, owner=self.owner, now=self.clock.now()
+        )
         for answer in answers:
             if answer.row.id in kept and answer.then is not None:
-                answer.then()
+                try:
+                    answer.then()
+                except Exception:  # a counter must not undo a record
+                    log.exception("delivery %d: recorded, but its callback failed", answer.row.id)
+
+    def _guarded(self, row: _Claimed, action: Callable[[], None]) -> None:
+        """Run ``action`` for ``row``; if it raises, the row alone fails
+        (``internal_error``) and the rest of the batch goes on."""
+        try:
+            action()
+        except Exception as exc:
+            log.exception("delivery %d: handling it failed", row.id)
+            self._internal_failure(row, exc, sent=False)
+
+    def _internal_failure(self, row: _Claimed, exc: Exception, *, sent: bool) -> None:
+        """Record ``row`` FAILED ``internal_error`` with a bounded message; ``sent``
+        when the message may have gone out (kept as ``outcome_unknown``)."""
+        error = error_detail(exc)
+        values = {
+            "state": DeliveryState.FAILED.value,
+            "reason": INTERNAL_ERROR,
+            "error": error,
+            "outcome_unknown": sent or row.outcome_unknown,
+        }
+        try:
+            self._write(row, values, {"outcome": "FAILED", "detail": error}, self._count_internal)
+        except Exception:  # the database is away: the reaper returns the row later
+            log.exception("delivery %d: its failure could not be recorded", row.id)
+
+    def _count_internal(self) -> None:
+        self.stats.count_ended(True, INTERNAL_ERROR)
 
     def _sent(
         self, row: _Claimed, receipt: Receipt, verdict: _Verdict, *, outcome: str, duplicate: bool
@@ -907,18 +836,15 @@ class Ledger:
         unknown: bool,
         retry_after: float | None = None,
     ) -> None:
-        error = _error(exc)
+        error = error_detail(exc)
         if row.attempt - row.retry_base >= channel.max_attempts:
             reason = "outcome_unknown" if unknown else "max_attempts"
             self._finish(
                 row, DeliveryState.FAILED, reason, outcome="FAILED", error=error, unknown=unknown
             )
             return
-        delay = backoff(
-            row.attempt - row.retry_base, base=channel.backoff_base, cap=channel.backoff_cap
-        )
-        if retry_after is not None:
-            delay = max(delay, timedelta(seconds=retry_after))
+        # Bounded whatever the peer asked for (Channel.max_retry_after).
+        delay = retry_delay(row.attempt - row.retry_base, channel, retry_after)
         values = {
             "state": DeliveryState.PENDING.value,
             "reason": "retry",
@@ -1003,7 +929,9 @@ class Ledger:
                 query = query.with_for_update(skip_locked=True)
             expired = session.execute(query).all()
             for delivery_id, attempt, retry_base, channel in expired:
-                limit = self.channels[channel].max_attempts if channel in self.channels else 5
+                limit = getattr(self.channels.get(channel), "max_attempts", 5)
+                if isinstance(limit, bool) or not isinstance(limit, int):
+                    limit = 5  # a channel's broken setting must not stop the reaper
                 spent = attempt - retry_base >= limit  # it keeps killing workers: stop
                 session.execute(
                     sa.update(_DELIVERIES)
@@ -1068,11 +996,3 @@ def retry_failed(
 def _shown(output: dict[str, Any]) -> Any:
     """An output without what changes on every execution (counts, timings)."""
     return {k: v for k, v in output.items() if k not in ("execution_count", "metadata")}
-
-
-def _error(exc: Exception) -> dict[str, Any]:
-    error: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)[:2000]}
-    retry_after = getattr(exc, "retry_after", None)
-    if retry_after is not None:
-        error["retry_after"] = retry_after
-    return error

@@ -10,12 +10,21 @@ variable                    meaning
 ``NBCAST_SLACK_TOKEN``      a bot token; unset: no ``slack`` channel
 ``NBCAST_SLACK_API_URL``    the Web API base URL (default ``https://slack.com/api/``)
 ``NBCAST_WEBHOOK_SECRET``   the HMAC key of webhook signatures; unset: no ``webhook``
+``NBCAST_WEBHOOK_ALLOW_``   ``1``/``true``/``yes``: webhooks may use ``http://`` too
+``HTTP``                    (default: ``https://`` only)
+``NBCAST_WEBHOOK_ALLOWED_`` comma-separated host names, IP addresses and CIDR networks
+``HOSTS``                   webhooks may reach although they are not public (see
+                            :mod:`nbcast.delivery.webhook_policy`)
 ``NBCAST_BASE_URL``         where nbcast's server is reached (links, unsubscribe);
                             default ``http://127.0.0.1:8888``
 ``NBCAST_SIGNING_KEYS``     ``id:secret,…`` current first (see
                             :mod:`nbcast.delivery.signing`)
-``NBCAST_LINK_TTL``         how long a signed link lasts (default ``7d``)
+``NBCAST_LINK_TTL``         how long a signed link lasts (default ``7d``; more than
+                            0 s, at most 366 days)
 ==========================  ========================================================
+
+A malformed value is a :class:`~nbcast.errors.ConfigError` naming the variable, on
+one line, and never echoes a password (``NBCAST_SMTP_URL``'s is shown as ``***``).
 
 A subscription on a channel that is not configured fails (``no_channel``) rather
 than waiting forever; ``nbcast deliver --retry-failed RUN`` sends it once configured.
@@ -26,15 +35,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from nbcast.definitions.spec import parse_duration
 from nbcast.delivery.channels import Channel, channels
+from nbcast.delivery.webhook_policy import WebhookPolicy, load_webhook_policy
 from nbcast.errors import ConfigError
 
-__all__ = ["DeliverySettings", "build_channels", "load_delivery_settings"]
+__all__ = ["MAX_LINK_TTL", "DeliverySettings", "build_channels", "load_delivery_settings"]
+
+MAX_LINK_TTL = timedelta(days=366)
+"""The longest a signed link may be configured to last."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +59,9 @@ class DeliverySettings:
     slack_token: str | None = None
     slack_api_url: str = "https://slack.com/api/"
     webhook_secret: str | None = None
+    webhook_policy: WebhookPolicy = field(default_factory=WebhookPolicy)
+    """Which URLs webhooks may reach (``NBCAST_WEBHOOK_ALLOW_HTTP``,
+    ``NBCAST_WEBHOOK_ALLOWED_HOSTS``)."""
     base_url: str = "http://127.0.0.1:8888"
     link_ttl: timedelta = timedelta(days=7)
 
@@ -53,16 +69,22 @@ class DeliverySettings:
 def load_delivery_settings(environ: Mapping[str, str] | None = None) -> DeliverySettings:
     """Read :class:`DeliverySettings` from the environment."""
     env = os.environ if environ is None else environ
+    raw_ttl = env.get("NBCAST_LINK_TTL") or "7d"
     try:
-        ttl = parse_duration(env.get("NBCAST_LINK_TTL", "7d"))
-    except ValueError as exc:
-        raise ConfigError(f"NBCAST_LINK_TTL: {exc}") from None
+        ttl = parse_duration(raw_ttl)
+    except (ValueError, OverflowError) as exc:
+        raise ConfigError(f"NBCAST_LINK_TTL: {str(exc)[:200]}") from None
+    if not timedelta(0) < ttl <= MAX_LINK_TTL:
+        raise ConfigError(
+            f"NBCAST_LINK_TTL must be more than 0s and at most 366d, not {raw_ttl[:40]!r}"
+        )
     return DeliverySettings(
         smtp_url=env.get("NBCAST_SMTP_URL") or None,
         smtp_from=env.get("NBCAST_SMTP_FROM") or "nbcast@localhost",
         slack_token=env.get("NBCAST_SLACK_TOKEN") or None,
         slack_api_url=env.get("NBCAST_SLACK_API_URL") or "https://slack.com/api/",
         webhook_secret=env.get("NBCAST_WEBHOOK_SECRET") or None,
+        webhook_policy=load_webhook_policy(env),
         base_url=env.get("NBCAST_BASE_URL") or "http://127.0.0.1:8888",
         link_ttl=ttl,
     )
@@ -70,16 +92,27 @@ def load_delivery_settings(environ: Mapping[str, str] | None = None) -> Delivery
 
 def smtp_options(url: str) -> dict[str, object]:
     """``EmailChannel`` keyword arguments from an ``smtp://`` / ``smtps://`` URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
-        raise ConfigError(f"NBCAST_SMTP_URL must be smtp://host[:port] or smtps://…, not {url!r}")
+    shown = _masked(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:
+        raise ConfigError(f"NBCAST_SMTP_URL {shown!r} is malformed: {exc}") from None
+    if parts.scheme not in ("smtp", "smtps") or not hostname:
+        raise ConfigError(f"NBCAST_SMTP_URL must be smtp://host[:port] or smtps://…, not {shown!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:  # out of range, not a number, or 0
+        raise ConfigError(f"NBCAST_SMTP_URL {shown!r}: the port must be a number in 1..65535")
     query = parse_qs(parts.query)
     security = "ssl" if parts.scheme == "smtps" else query.get("security", ["none"])[0]
     if security not in ("none", "starttls", "ssl"):
-        raise ConfigError(f"NBCAST_SMTP_URL: security={security!r} is not none|starttls|ssl")
+        raise ConfigError(f"NBCAST_SMTP_URL: security={security[:20]!r} is not none|starttls|ssl")
     options: dict[str, object] = {
-        "host": parts.hostname,
-        "port": parts.port or (465 if security == "ssl" else 25),
+        "host": hostname,
+        "port": port or (465 if security == "ssl" else 25),
         "security": security,
     }
     if parts.username:
@@ -100,5 +133,19 @@ def build_channels(settings: DeliverySettings) -> dict[str, Channel]:
             "slack", token=settings.slack_token, base_url=settings.slack_api_url
         )
     if settings.webhook_secret:
-        built["webhook"] = channels.create("webhook", secret=settings.webhook_secret)
+        built["webhook"] = channels.create(
+            "webhook", secret=settings.webhook_secret, policy=settings.webhook_policy
+        )
     return built
+
+
+def _masked(url: str) -> str:
+    """``url`` with its password, if any, shown as ``***`` (as the database URL is)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url[:200]
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url[:200]
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}"[:200]

@@ -7,9 +7,12 @@ key still verifies. Removing a key retires every token it signed. Signatures are
 HMAC-SHA256 (itsdangerous) and compared in constant time; each use has its own salt
 (``link``, ``unsubscribe``) so a token made for one purpose is refused for another.
 
-Keys come from ``NBCAST_SIGNING_KEYS`` (``id:secret,id:secret``, current first). When
-it is unset, an embedded installation generates one key on first use and keeps it in
-``$NBCAST_HOME/signing-keys.json`` (mode 0600).
+Keys come from ``NBCAST_SIGNING_KEYS`` (``id:secret,id:secret``, current first; each
+id once, each secret at least 16 characters). When it is unset, an embedded
+installation generates one key on first use and keeps it in
+``$NBCAST_HOME/signing-keys.json`` (mode 0600, a JSON list of ``[id, secret]``
+pairs). A malformed variable or key file is a one-line
+:class:`~nbcast.errors.ConfigError` that names it.
 """
 
 from __future__ import annotations
@@ -40,9 +43,13 @@ class Signer:
     def __init__(self, keys: Sequence[tuple[str, str]]) -> None:
         if not keys:
             raise ConfigError("signing needs at least one key")
+        seen: set[str] = set()
         for key_id, secret in keys:
             if not _KEY_ID.fullmatch(key_id):
-                raise ConfigError(f"signing key id {key_id!r} must match {_KEY_ID.pattern}")
+                raise ConfigError(f"signing key id {key_id[:40]!r} must match {_KEY_ID.pattern}")
+            if key_id in seen:  # which one would sign, which one verify?
+                raise ConfigError(f"signing key id {key_id!r} is given twice")
+            seen.add(key_id)
             if len(secret) < 16:
                 raise ConfigError(f"signing key {key_id!r} is shorter than 16 characters")
         self.current = keys[0][0]
@@ -79,12 +86,17 @@ def _serializer(secret: str, purpose: str) -> URLSafeSerializer:
 
 
 def parse_keys(text: str) -> list[tuple[str, str]]:
-    """``id:secret,id:secret`` → pairs, current first."""
+    """``id:secret,id:secret`` → pairs, current first; a key id given twice is a
+    :class:`~nbcast.errors.ConfigError`."""
     keys = []
+    seen: set[str] = set()
     for item in filter(None, (part.strip() for part in text.split(","))):
         key_id, colon, secret = item.partition(":")
         if not colon:
             raise ConfigError("NBCAST_SIGNING_KEYS is 'id:secret,id:secret' (current first)")
+        if key_id in seen:
+            raise ConfigError(f"NBCAST_SIGNING_KEYS: key id {key_id[:40]!r} is given twice")
+        seen.add(key_id)
         keys.append((key_id, secret))
     return keys
 
@@ -93,19 +105,42 @@ def load_signer(home: Path, environ: Mapping[str, str] | None = None) -> Signer:
     """The signer from ``NBCAST_SIGNING_KEYS``, or the embedded key file (module doc)."""
     env = os.environ if environ is None else environ
     if env.get("NBCAST_SIGNING_KEYS"):
-        return Signer(parse_keys(env["NBCAST_SIGNING_KEYS"]))
+        keys = parse_keys(env["NBCAST_SIGNING_KEYS"])
+        try:
+            return Signer(keys)
+        except ConfigError as exc:
+            raise ConfigError(f"NBCAST_SIGNING_KEYS: {exc}") from None
     path = home / "signing-keys.json"
     if not path.exists():
         home.mkdir(parents=True, exist_ok=True)
-        keys = [["k1", secrets.token_urlsafe(32)]]
-        # Written whole to a private temporary file, then linked into place: a reader
-        # never sees a half-written file, and of two processes racing, one key wins.
+        fresh = [["k1", secrets.token_urlsafe(32)]]
+        # Written whole to a private temporary file (mkstemp makes it 0600), then linked
+        # into place: a reader never sees a half-written file, and of two processes
+        # racing, one key wins.
         fd, temporary = tempfile.mkstemp(dir=home, prefix=".signing-keys-")
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump(keys, handle)
+                json.dump(fresh, handle)
             with contextlib.suppress(FileExistsError):  # another process was first
                 os.link(temporary, path)
         finally:
             os.unlink(temporary)
-    return Signer([(str(k), str(s)) for k, s in json.loads(path.read_text())])
+    return _file_signer(path)
+
+
+def _file_signer(path: Path) -> Signer:
+    """The signer of the key file; a ConfigError naming the file if it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not JSON"
+        raise ConfigError(f"{path}: {reason} (fix it, or delete it to make a new key)") from None
+    if not isinstance(data, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, str) for v in pair)
+        for pair in data
+    ):
+        raise ConfigError(f"{path}: not a JSON list of [id, secret] pairs")
+    try:
+        return Signer([(key_id, secret) for key_id, secret in data])
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

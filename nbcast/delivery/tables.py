@@ -198,8 +198,26 @@ def read_tables(notebook: Any) -> dict[str, pd.DataFrame]:
 
 
 def has_rows(notebook: Any) -> bool:
-    """True when at least one recorded table has a row (the ledger's ``only_if: results``)."""
+    """True when at least one recorded table has a row (the ledger's ``only_if: results``).
+
+    False, whatever its tables, for a notebook that stopped itself part-way with
+    ``sys.exit()``: the executor records that as ``metadata["nbcast"]["ended_early"]``
+    and an early exit means "no results" (see :mod:`nbcast.executor.attempt`).
+    """
+    if _ended_early(notebook):
+        return False
     return any(payload["data"] for payload in table_payloads(notebook).values())
+
+
+_ENDED_EARLY_KEY = "ended_early"
+"""Written by the executor (``nbcast.executor.early_exit.ENDED_EARLY_KEY``); the
+delivery plane reads the executed notebook, never the executor's modules."""
+
+
+def _ended_early(notebook: Any) -> bool:
+    metadata = notebook.get("metadata")
+    block = metadata.get("nbcast") if isinstance(metadata, Mapping) else None
+    return isinstance(block, Mapping) and isinstance(block.get(_ENDED_EARLY_KEY), Mapping)
 
 
 def _table_outputs(notebook: Any) -> Iterator[tuple[str, dict[str, Any]]]:

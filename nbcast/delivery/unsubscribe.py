@@ -76,10 +76,20 @@ def record_unsubscribe(
 
 
 def use_token(
-    session: Session, signer: Signer, token: str, now: datetime, *, source: str = "one-click"
+    session: Session,
+    signer: Signer,
+    token: str,
+    now: datetime,
+    *,
+    source: str = "one-click",
+    tenant_id: int | None = None,
 ) -> dict[str, object]:
     """Record the opt-out a one-click token carries; return what it named.
-    :class:`~nbcast.errors.LinkError` for a forged or malformed token."""
+    :class:`~nbcast.errors.LinkError` for a forged or malformed token, or — when
+    ``tenant_id`` is given (a command acting for a tenant) — a token of another
+    tenant; nothing is recorded then."""
+    if not isinstance(token, str) or len(token) > 4096:
+        raise LinkError("malformed token")
     payload = signer.verify(token, purpose=PURPOSE)
     try:
         fields = {
@@ -90,6 +100,8 @@ def use_token(
         }
     except (KeyError, TypeError, ValueError):
         raise LinkError("malformed token") from None
+    if tenant_id is not None and fields["tenant_id"] != tenant_id:
+        raise LinkError("the token belongs to another tenant")
     record_unsubscribe(session, source=source, now=now, **fields)  # type: ignore[arg-type]
     return dict(fields)
 

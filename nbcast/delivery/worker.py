@@ -7,6 +7,12 @@ what is due. The worker writes only the delivery plane's tables; a failure in on
 stage is logged and the loop goes on, so a broken renderer or an unreachable SMTP
 server never stops the other stages — or the scheduler and the executor, which do
 not wait for delivery at all.
+
+**Idle** (``--exit-when-idle``) means nothing is due within :data:`IDLE_HORIZON`
+(60 s): no outbox row to consume, no rendition or delivery due by then, no send in
+flight whose lease ends by then. A delivery waiting for a retry further away (a peer
+asked for a long ``Retry-After``, a backoff grew) does not keep the worker alive: it
+stays PENDING, with its ``not_before``, for the next worker run to send.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType
 
 import sqlalchemy as sa
@@ -26,9 +33,12 @@ from nbcast.delivery.ledger import Ledger
 from nbcast.delivery.models import Delivery, OutboxRow, Rendition
 from nbcast.delivery.rendering import RenderQueue
 
-__all__ = ["DeliveryWorker"]
+__all__ = ["IDLE_HORIZON", "DeliveryWorker"]
 
 log = logging.getLogger("nbcast.delivery")
+
+IDLE_HORIZON = timedelta(seconds=60)
+"""How far ahead :meth:`DeliveryWorker.idle` looks for work due (module docstring)."""
 
 
 @dataclass
@@ -57,6 +67,7 @@ class DeliveryWorker:
         *,
         poll_interval: float = 1.0,
         batch: int = 50,
+        idle_horizon: timedelta = IDLE_HORIZON,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -64,6 +75,7 @@ class DeliveryWorker:
         self.renders = renders
         self.poll_interval = poll_interval
         self.batch = batch
+        self.idle_horizon = idle_horizon
         self._stop = threading.Event()
 
     def install_signal_handlers(self) -> None:
@@ -98,13 +110,35 @@ class DeliveryWorker:
         return counts
 
     def idle(self) -> bool:
-        """Nothing to consume, render or send now or later (retries included)."""
+        """Nothing to consume, render or send within ``idle_horizon`` (module
+        docstring): retries due later are left for the next run."""
+        horizon = self.clock.now() + self.idle_horizon
+        rendering = Rendition.state == "PENDING"
+        due_rendition = rendering & (
+            Rendition.lease_expires_at.is_(None) | (Rendition.lease_expires_at <= horizon)
+        )
+        # A delivery is claimed only once its run has no PENDING rendition: one that
+        # waits on a rendition due after the horizon is not due either.
+        held_back = (
+            sa.select(Rendition.id)
+            .where(
+                Rendition.run_id == Delivery.run_id,
+                rendering,
+                Rendition.lease_expires_at > horizon,
+            )
+            .exists()
+        )
+        due_delivery = (Delivery.state == "PENDING") & (Delivery.not_before <= horizon) & ~held_back
+        in_flight = (Delivery.state == "SENDING") & (
+            Delivery.lease_expires_at.is_(None) | (Delivery.lease_expires_at <= horizon)
+        )
         with self.db.session() as session:
             return not session.scalar(
                 sa.select(
                     sa.exists().where(OutboxRow.consumed_at.is_(None))
-                    | sa.exists().where(Rendition.state == "PENDING")
-                    | sa.exists().where(Delivery.state.in_(("PENDING", "SENDING")))
+                    | sa.exists().where(due_rendition)
+                    | sa.exists().where(due_delivery)
+                    | sa.exists().where(in_flight)
                 )
             )
 

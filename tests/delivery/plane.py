@@ -29,6 +29,7 @@ from nbcast.delivery.ledger import Ledger
 from nbcast.delivery.rendering import RendererLookup, RenderQueue
 from nbcast.delivery.signing import Signer
 from nbcast.delivery.tables import encode_table
+from nbcast.delivery.worker import DeliveryWorker
 from nbcast.executor.queue import RunQueue
 from nbcast.output import TABLE_MIME_TYPE
 from nbcast.scheduler.control import run_now
@@ -90,14 +91,18 @@ class Plane:
         path = make_notebook(self.folder / "defs" / f"{name}.ipynb", nbcast=block)
         publish(self.db, path, tenant="default", author="t", now=self.clock.now())
 
-    def succeed(self, name: str, *, rows: int = 3, marker: str = "hello") -> int:
-        """Queue a manual run of ``name`` and complete it through the executor's queue."""
+    def succeed(
+        self, name: str, *, rows: int = 3, marker: str = "hello", notebook: bytes | None = None
+    ) -> int:
+        """Queue a manual run of ``name`` and complete it through the executor's queue,
+        storing ``notebook`` (default: :func:`executed_notebook`) as what it produced."""
         run_id = run_now(self.db, self.clock, "default", name, {})
         queue = RunQueue(self.db, self.clock, owner="test-worker")
         leases = [lease for lease in queue.claim(10) if lease.run_id == run_id]
         assert len(leases) == 1
         queue.start(leases[0])
-        sha = self.store.put(executed_notebook(rows, marker)).sha256
+        produced = executed_notebook(rows, marker) if notebook is None else notebook
+        sha = self.store.put(produced).sha256
         queue.succeed(leases[0], artifact_sha256=sha, duration_s=0.1)
         return run_id
 
@@ -142,6 +147,17 @@ class Plane:
                     return
                 self.clock.advance(timedelta(hours=2))
         raise AssertionError("the delivery plane did not settle")
+
+    def settle(self, worker: DeliveryWorker, *, rounds: int = 200) -> None:
+        """Run the delivery worker's passes (:meth:`DeliveryWorker.step`) until nothing
+        is left, moving the clock past retry delays when only waiting work remains."""
+        for _ in range(rounds):
+            if worker.step().busy:
+                continue
+            if not self._waiting():
+                return
+            self.clock.advance(timedelta(hours=2))
+        raise AssertionError("the delivery worker did not settle")
 
     def _waiting(self) -> bool:
         with self.db.engine.connect() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import subprocess
@@ -75,6 +76,20 @@ def test_has_rows_is_true_when_any_table_has_a_row(executed: Any) -> None:
     empty = pd.DataFrame({"a": pd.Series([], dtype="int64")})
     assert not has_rows(_notebook(_table_output(empty, "nothing")))
     assert not has_rows(_notebook())
+
+
+def test_has_rows_is_false_for_a_notebook_that_ended_early(executed: Any) -> None:
+    """The executor marks a notebook that stopped itself with ``sys.exit()``; its tables
+    are what ran before the exit, and an early exit means "no results"."""
+    ended = copy.deepcopy(executed)
+    ended.metadata["nbcast"] = {"name": "x", "ended_early": {"cell_index": 3, "code": 0}}
+    assert read_tables(ended)  # the tables are still there and readable
+    assert has_rows(ended) is False
+    from_json = json.loads(nbformat.writes(ended))  # plain dicts, as the ledger may read it
+    assert has_rows(from_json) is False
+    other = copy.deepcopy(executed)
+    other.metadata["nbcast"] = {"name": "x"}
+    assert has_rows(other) is True
 
 
 def test_a_later_table_of_the_same_name_wins_case_insensitively() -> None:

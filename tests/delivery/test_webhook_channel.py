@@ -1,4 +1,10 @@
-"""WebhookChannel against a real HTTP receiver on 127.0.0.1 (tests/fakes/webhook.py)."""
+"""WebhookChannel against a real HTTP receiver on 127.0.0.1 (tests/fakes/webhook.py).
+
+The receivers listen on the loopback interface, which nbcast's default webhook policy
+refuses: these tests allow it, as a user's own tests would
+(``WebhookPolicy(allow_http=True, allowed=("127.0.0.1",))``). What the policy refuses,
+and what a receipt keeps, is tested in ``test_webhook_policy.py``.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +20,15 @@ import pytest
 from nbcast.delivery.channels.base import Attachment, Message
 from nbcast.delivery.channels.webhook import WebhookChannel, verify_signature
 from nbcast.delivery.report import ReportInfo
+from nbcast.delivery.webhook_policy import WebhookPolicy
 from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
 from tests.fakes.smtp import free_port
 from tests.fakes.webhook import WebhookReceiver, webhook_receiver
 
 SECRET = "whsec_test"
 PDF = b"%PDF-1.4\n%%EOF\n"
+LOCAL = WebhookPolicy(allow_http=True, allowed=("127.0.0.1",))
+"""The receivers of these tests, on 127.0.0.1, allowed as a user's test would."""
 
 
 def make_message(recipient: str, *, late_by: timedelta | None = None) -> Message:
@@ -55,7 +64,7 @@ def hook() -> Iterator[WebhookReceiver]:
 
 @pytest.fixture
 def channel() -> Iterator[WebhookChannel]:
-    with WebhookChannel(SECRET, timeout=1.0) as made:
+    with WebhookChannel(SECRET, timeout=1.0, policy=LOCAL) as made:
         assert isinstance(made, WebhookChannel)
         yield made
 
@@ -95,7 +104,10 @@ def test_signed_payload_and_receipt(hook: WebhookReceiver, channel: WebhookChann
             "sha256": hashlib.sha256(PDF).hexdigest(),
         }
     ]
-    assert receipt.detail == {"status": 200, "response": '{"ok": true}'}
+    assert receipt.detail == {
+        "status": 200,
+        "headers": {"content-type": "application/json", "content-length": "12"},
+    }
 
 
 def test_tampered_body_wrong_secret_and_old_timestamp_fail_verification(
@@ -145,7 +157,10 @@ def test_other_refusals_are_permanent(
 
 def test_lost_answer_is_an_unknown_outcome(hook: WebhookReceiver) -> None:
     hook.respond(200, delay=3.0)
-    with WebhookChannel(SECRET, timeout=0.5) as channel, pytest.raises(OutcomeUnknownError):
+    with (
+        WebhookChannel(SECRET, timeout=0.5, policy=LOCAL) as channel,
+        pytest.raises(OutcomeUnknownError),
+    ):
         channel.send(make_message(hook.url))
     assert len(hook.requests) == 1
 

@@ -22,7 +22,9 @@ Faults, for the next ``times`` matching calls (``method=None``: any API method):
 - :meth:`FakeSlackAPI.server_error` — HTTP 500 (or another status);
 - :meth:`FakeSlackAPI.fail` — ``ok: false`` with the given error;
 - :meth:`FakeSlackAPI.hang` — do the call (the post is stored), then wait
-  ``seconds`` before answering: "accepted, then the answer was lost".
+  ``seconds`` before answering: "accepted, then the answer was lost";
+- :meth:`FakeSlackAPI.garble` — HTTP 200 with a body that is not Slack's JSON
+  (malformed JSON by default), optionally only for calls naming one ``channel``.
 
 The same faults can be given to :func:`slack_server` as ``rate_limit_next=N``,
 ``server_error_next=N``, ``hang_next=N`` (with ``hang_seconds``). Records are
@@ -76,13 +78,15 @@ class UploadedFile:
 
 @dataclass
 class _Fault:
-    kind: str  # "status" | "error" | "hang"
+    kind: str  # "status" | "error" | "hang" | "garble"
     method: str | None
     remaining: int
     status: int = 200
     error: str = ""
     retry_after: str | None = None
     seconds: float = 0.0
+    channel: str | None = None
+    body: bytes = b""
 
 
 @dataclass
@@ -162,14 +166,31 @@ class FakeSlackAPI:
         """Do the next ``times`` calls, then wait ``seconds`` before answering."""
         self._add(_Fault("hang", method, times, seconds=seconds))
 
+    def garble(
+        self,
+        times: int = 1,
+        *,
+        method: str | None = None,
+        channel: str | None = None,
+        body: bytes = b'{"ok": tru',
+    ) -> None:
+        """Answer the next ``times`` calls (of ``method``, naming ``channel``) with
+        HTTP 200 and ``body`` — malformed JSON unless told otherwise."""
+        self._add(_Fault("garble", method, times, channel=channel, body=body))
+
     def _add(self, fault: _Fault) -> None:
         with self._state.lock:
             self._state.faults.append(fault)
 
-    def _take_fault(self, method: str) -> _Fault | None:
+    def _take_fault(self, method: str, params: dict[str, Any]) -> _Fault | None:
+        channel = self._channel_id(params.get("channel") or params.get("channel_id"))
         with self._state.lock:
             for fault in self._state.faults:
-                if fault.remaining > 0 and fault.method in (None, method):
+                if (
+                    fault.remaining > 0
+                    and fault.method in (None, method)
+                    and fault.channel in (None, channel)
+                ):
                     fault.remaining -= 1
                     return fault
         return None
@@ -184,7 +205,10 @@ class FakeSlackAPI:
         method = request.path.removeprefix("/api/")
         with self._state.lock:
             self._state.calls.append(method)
-        fault = self._take_fault(method)
+        params = _params(request)
+        fault = self._take_fault(method, params)
+        if fault is not None and fault.kind == "garble":
+            return HTTPReply(200, fault.body, {"Content-Type": "application/json"})
         if fault is not None and fault.kind == "status":
             headers = {"Content-Type": "application/json"}
             if fault.retry_after is not None:
@@ -195,7 +219,6 @@ class FakeSlackAPI:
             return _answer({"ok": False, "error": fault.error})
         if request.header("authorization") != f"Bearer {self.token}":
             return _answer({"ok": False, "error": "invalid_auth"})
-        params = _params(request)
         handler = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,

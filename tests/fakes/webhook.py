@@ -11,17 +11,32 @@ By default it answers ``200`` with ``{"ok": true}``. :meth:`WebhookReceiver.resp
 queues answers for the next requests, in order (a ``delay`` longer than the client's
 timeout plays "received, then the answer was lost"); ``default=`` replaces the
 answer given when the queue is empty. Records are appended under a lock.
+
+``tls=`` (a server-side :class:`ssl.SSLContext`) makes it an HTTPS receiver, and
+``host=`` the host name its :attr:`~WebhookReceiver.url` uses (it still listens on
+127.0.0.1; the name must resolve there, or be pinned there by the channel's
+resolver).
+
+Webhook URLs on 127.0.0.1 are refused by nbcast's default webhook policy; a test
+allows them as a user's test would::
+
+    WebhookChannel(secret, policy=WebhookPolicy(allow_http=True, allowed=("127.0.0.1",)))
+
+:func:`garbage_receiver` is a TCP listener that answers every request with bytes
+that are not HTTP at all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 
 from tests.fakes import HTTPReply, HTTPRequest, LocalHTTPServer
 
-__all__ = ["WebhookReceiver", "webhook_receiver"]
+__all__ = ["GarbageReceiver", "WebhookReceiver", "garbage_receiver", "webhook_receiver"]
 
 OK = HTTPReply(200, b'{"ok": true}', {"Content-Type": "application/json"})
 
@@ -29,13 +44,23 @@ OK = HTTPReply(200, b'{"ok": true}', {"Content-Type": "application/json"})
 class WebhookReceiver:
     """A running webhook receiver; see the module docstring."""
 
-    def __init__(self, *, default: HTTPReply = OK) -> None:
+    def __init__(
+        self,
+        *,
+        default: HTTPReply = OK,
+        tls: ssl.SSLContext | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.default = default
         self._lock = threading.Lock()
         self._requests: list[HTTPRequest] = []
         self._queued: list[HTTPReply] = []
         self._http = LocalHTTPServer(self._handle)
-        self.url = f"{self._http.root}/hooks/nbcast"
+        if tls is not None:  # every accepted connection does the TLS handshake first
+            server = self._http._server
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
+        self.port = self._http.port
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}/hooks/nbcast"
 
     def start(self) -> WebhookReceiver:
         self._http.start()
@@ -77,7 +102,62 @@ class WebhookReceiver:
 
 
 @contextlib.contextmanager
-def webhook_receiver(*, default: HTTPReply = OK) -> Iterator[WebhookReceiver]:
+def webhook_receiver(
+    *, default: HTTPReply = OK, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"
+) -> Iterator[WebhookReceiver]:
     """A started :class:`WebhookReceiver`, stopped on exit."""
-    with WebhookReceiver(default=default) as receiver:
+    with WebhookReceiver(default=default, tls=tls, host=host) as receiver:
+        yield receiver
+
+
+class GarbageReceiver:
+    """A TCP listener on 127.0.0.1 that reads each request and answers ``answer`` —
+    bytes that are not an HTTP response — then closes the connection."""
+
+    def __init__(self, answer: bytes = b"\x00\x01garbage, not HTTP\xff\r\n\r\n") -> None:
+        self.answer = answer
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.1)
+        self._stopping = threading.Event()
+        self.port: int = self._socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks/nbcast"
+        self._thread = threading.Thread(target=self._serve, name="fake-garbage", daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2.0)
+                received = b""
+                while b"\r\n\r\n" not in received and len(received) < 65536:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+                conn.sendall(self.answer)
+
+    def __enter__(self) -> GarbageReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+
+@contextlib.contextmanager
+def garbage_receiver(answer: bytes | None = None) -> Iterator[GarbageReceiver]:
+    """A started :class:`GarbageReceiver`, stopped on exit."""
+    receiver = GarbageReceiver() if answer is None else GarbageReceiver(answer)
+    with receiver:
         yield receiver

@@ -10,6 +10,12 @@ suppression; a channel only sends, and says how it went:
   (do not retry), or :class:`~nbcast.errors.OutcomeUnknownError` (the request went
   out and no answer came back: it may have arrived).
 
+A receipt, and the message of an error, is evidence kept in the ledger and shown by
+``nbcast deliveries list``: a channel puts only short, bounded excerpts of what the
+peer said there (a status, an id, a few hundred characters of a reply — never a
+response body), and a ``retry_after`` it passes on is a finite, non-negative number
+of seconds. The ledger cuts that delay to :attr:`Channel.max_retry_after`.
+
 After an unknown outcome — or after a delivery worker died between sending and
 recording — the ledger calls :meth:`Channel.check` before sending again. A channel
 that can look (Slack: the channel's recent history, matched on the message's
@@ -84,6 +90,11 @@ class Channel(ABC):
     backoff_base: float = 30.0
     """Seconds before the second attempt; doubled each time, with full jitter."""
     backoff_cap: float = 3600.0
+    max_retry_after: float = 900.0
+    """The longest delay, in seconds, that a peer's ``Retry-After`` may impose on a
+    delivery (15 minutes): a longer one is cut to this, so a peer cannot park a
+    delivery for days, or crash the worker with an absurd number. The retry still
+    waits at least the channel's own backoff."""
 
     @abstractmethod
     def send(self, message: Message) -> Receipt:

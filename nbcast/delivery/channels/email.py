@@ -15,7 +15,8 @@ for subscriptions that get signed links instead), and these headers:
 
 The receipt records the server's final reply to DATA (``"250 2.0.0 Ok: queued as
 …"``), the Message-ID and any recipients refused while others were accepted (a
-recipient string may list several addresses).
+recipient string may list several addresses). Every server reply kept, there or in
+an error, is cut to a few hundred characters.
 
 Error mapping (what the ledger is told):
 
@@ -70,6 +71,7 @@ from email.utils import format_datetime, getaddresses, parseaddr
 from secrets import token_hex
 from typing import Any, ClassVar, Literal
 
+from nbcast.delivery.channels._peer import peer_text
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
 from nbcast.errors import (
     ConfigError,
@@ -265,7 +267,9 @@ class EmailChannel(Channel):
                         ) from None
                 except Exception as exc:  # whatever it was, the session's state is unknown
                     self._drop()
-                    raise TransientChannelError(f"SMTP envelope failed: {exc!r}") from exc
+                    raise TransientChannelError(
+                        f"SMTP envelope failed: {peer_text(repr(exc))}"
+                    ) from exc
             else:  # pragma: no cover - the second pass always uses a fresh session
                 raise TransientChannelError("SMTP session could not be reopened")
             try:
@@ -274,7 +278,7 @@ class EmailChannel(Channel):
                 raise
             except Exception as exc:  # the payload may have gone out: unknown, and reconnect
                 self._drop()
-                raise OutcomeUnknownError(f"SMTP DATA failed: {exc!r}") from exc
+                raise OutcomeUnknownError(f"SMTP DATA failed: {peer_text(repr(exc))}") from exc
         detail: dict[str, Any] = {
             "smtp": f"{code} {reply}",
             "message_id": message_id,
@@ -291,7 +295,7 @@ class EmailChannel(Channel):
             raise TransientChannelError(f"SMTP configuration: {exc}") from exc
         except (OSError, smtplib.SMTPException) as exc:
             raise TransientChannelError(
-                f"cannot reach SMTP server {self.host}:{self.port}: {exc}"
+                f"cannot reach SMTP server {self.host}:{self.port}: {peer_text(exc)}"
             ) from exc
         self.sessions_opened += 1
         return self._smtp
@@ -329,7 +333,7 @@ class EmailChannel(Channel):
                 except smtplib.SMTPNotSupportedError as exc:
                     raise _SessionError("server does not offer AUTH") from exc
                 except smtplib.SMTPException as exc:
-                    raise _SessionError(f"AUTH: {exc}") from exc
+                    raise _SessionError(f"AUTH: {peer_text(exc)}") from exc
         except smtplib.SMTPHeloError as exc:
             smtp.close()
             raise _SessionError(f"EHLO {exc.smtp_code} {_text(exc.smtp_error)}") from exc
@@ -428,9 +432,8 @@ class _StaleSession(Exception):
 
 
 def _text(reply: bytes | str) -> str:
-    if isinstance(reply, bytes):
-        return reply.decode("utf-8", "replace")
-    return reply
+    """A server reply as it is kept in receipts and errors: a bounded excerpt."""
+    return peer_text(reply)
 
 
 def _refusal(

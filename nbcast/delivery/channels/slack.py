@@ -15,8 +15,8 @@ Error mapping:
 What happened                                          Raised
 =====================================================  =================================
 HTTP 429 still after the client's own wait-and-retry   TransientChannelError(retry_after
-(or a ``Retry-After`` longer than ``max_rate_limit_    = the ``Retry-After`` header)
-wait``), ``ratelimited``
+(or a ``Retry-After`` longer than ``max_rate_limit_    = the ``Retry-After`` header,
+wait``), ``ratelimited``                               bounded; nonsense is ignored)
 HTTP 5xx, ``internal_error``, ``fatal_error``,         TransientChannelError
 ``service_unavailable``, ``request_timeout``;
 connection refused, DNS, TLS (nothing was sent)
@@ -24,7 +24,9 @@ connection refused, DNS, TLS (nothing was sent)
 ``invalid_auth``, ``is_archived`` and every other
 ``ok: false`` error
 a timeout or disconnect while waiting for the answer   OutcomeUnknownError
-to ``chat.postMessage``
+to ``chat.postMessage``, or an answer that is not
+Slack's (malformed JSON, ``ok`` without ``channel``
+and ``ts``)
 =====================================================  =================================
 
 Retries: the client gets a :class:`~slack_sdk.http_retry.RateLimitErrorRetryHandler`
@@ -33,6 +35,10 @@ the send is cheaper than a round through the ledger. It gets *no*
 connection-error handler (slack_sdk's default one): that handler retries a request
 whose answer was lost, which for ``chat.postMessage`` is how a report gets posted
 twice — the ledger's :meth:`check` is the safe way back from that.
+
+What is kept: the receipt's ``channel``, ``ts`` and file ids are checked to be short
+strings, and any text of Slack's that ends up in a receipt or an error (an error
+code, a failed upload's message) is cut to a few hundred characters.
 
 Files: once the message is posted the delivery has happened; a failed upload is
 recorded in the receipt (``files_error``) rather than raised, since a retry would
@@ -47,7 +53,9 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import random
 import ssl
+import time
 from datetime import timedelta
 from typing import Any, ClassVar, cast
 from urllib.error import URLError
@@ -60,6 +68,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web import SlackResponse
 
+from nbcast.delivery.channels._peer import parse_retry_after, peer_text
 from nbcast.delivery.channels.base import Channel, Message, Receipt
 from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
 
@@ -78,6 +87,9 @@ _HISTORY_PAGES = 10
 _MAYBE_POSTED_ERRORS = frozenset({"internal_error", "fatal_error", "request_timeout"})
 _HISTORY_SLACK = timedelta(minutes=10)
 """How far before the run's end :meth:`SlackChannel.check` looks (clock skew)."""
+_ID_LIMIT = 64
+"""The longest ``channel``, ``ts`` or file id kept from an answer."""
+_MAX_FILES = 50
 
 
 class _BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
@@ -101,12 +113,28 @@ class _BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
         wait = _retry_after(response.headers)
         return wait is not None and wait <= self.max_wait
 
+    def prepare_for_next_attempt(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        # slack_sdk's own version int()s the header (a "1.5" would raise) and sleeps
+        # as long as it says; this one sleeps the bounded wait _can_retry accepted.
+        wait = _retry_after(response.headers) if response is not None else None
+        state.next_attempt_requested = True
+        time.sleep(min(wait if wait is not None else 1.0, self.max_wait) + random.random())
+        state.increment_current_attempt()
+
 
 class SlackChannel(Channel):
     """Posts reports to Slack conversations (module docstring)."""
 
     name: ClassVar[str] = "slack"
     verifiable: ClassVar[bool] = True  # check() reads the channel's history
+    max_retry_after = 300.0  # Slack's rate-limit windows are a minute; 5 is plenty
 
     def __init__(
         self,
@@ -142,7 +170,13 @@ class SlackChannel(Channel):
             )
         except (TimeoutError, ConnectionError, ssl.SSLError, http.client.HTTPException) as exc:
             # Raised while reading the answer: the request itself went out.
-            raise OutcomeUnknownError(f"Slack did not answer chat.postMessage: {exc}") from exc
+            raise OutcomeUnknownError(
+                f"Slack did not answer chat.postMessage: {peer_text(exc)}"
+            ) from exc
+        except ValueError as exc:  # an answer that is not JSON after all: was it posted?
+            raise OutcomeUnknownError(
+                f"Slack's answer to chat.postMessage is not JSON: {peer_text(exc)}"
+            ) from exc
         except Exception as exc:
             mapped = _mapped(exc)
             if isinstance(exc, SlackApiError) and _maybe_posted(exc):
@@ -150,7 +184,9 @@ class SlackChannel(Channel):
                 # operation may have succeeded". Check before posting again.
                 raise OutcomeUnknownError(str(mapped)) from exc
             raise mapped from exc
-        channel, ts = str(posted["channel"]), str(posted["ts"])
+        channel, ts = _short_id(posted.get("channel")), _short_id(posted.get("ts"))
+        if channel is None or ts is None:  # "ok" but not where: look before posting again
+            raise OutcomeUnknownError("Slack's answer to chat.postMessage has no channel and ts")
         detail: dict[str, Any] = {"channel": channel, "ts": ts}
         if self.upload_files and message.attachments:
             try:
@@ -162,10 +198,14 @@ class SlackChannel(Channel):
                     channel=channel,
                     thread_ts=ts,
                 )
-                detail["files"] = [str(f["id"]) for f in uploaded.get("files") or []]
+                files = uploaded.get("files") or []
+                detail["files"] = [
+                    _short_id(f.get("id") if isinstance(f, dict) else None) or "?"
+                    for f in (files if isinstance(files, list) else [])[:_MAX_FILES]
+                ]
             except Exception as exc:
                 log.warning("delivery %s: posted as %s but files failed: %s", message.key, ts, exc)
-                detail["files_error"] = str(exc)
+                detail["files_error"] = peer_text(exc)
         return Receipt(detail)
 
     def check(self, message: Message) -> Receipt | None:
@@ -194,22 +234,34 @@ class SlackChannel(Channel):
                     cursor=cursor,
                 )
             except (TimeoutError, ConnectionError) as exc:
-                raise TransientChannelError(f"Slack history could not be read: {exc}") from exc
+                raise TransientChannelError(
+                    f"Slack history could not be read: {peer_text(exc)}"
+                ) from exc
             except Exception as exc:
                 mapped = _mapped(exc)
                 if isinstance(mapped, TransientChannelError):
                     raise mapped from exc
                 raise PermanentChannelError(  # the ledger sends, marked a possible duplicate
-                    f"Slack history cannot be read: {exc}"
+                    f"Slack history cannot be read: {peer_text(exc)}"
                 ) from exc
-            for item in history.get("messages") or []:
+            messages = history.get("messages") or []
+            for item in messages if isinstance(messages, list) else []:
+                if not isinstance(item, dict) or _short_id(item.get("ts")) is None:
+                    continue
                 metadata = item.get("metadata") or {}
-                payload = metadata.get("event_payload") or {}
-                if metadata.get("event_type") == EVENT_TYPE and payload.get("key") == message.key:
+                payload = metadata.get("event_payload") if isinstance(metadata, dict) else None
+                payload = payload if isinstance(payload, dict) else {}
+                if (
+                    isinstance(metadata, dict)
+                    and metadata.get("event_type") == EVENT_TYPE
+                    and payload.get("key") == message.key
+                ):
                     return Receipt({"found_by": "metadata", **_posted(item, message)})
                 if found is None and message.key in _visible_text(item):
                     found = {"found_by": "text", **_posted(item, message)}
-            cursor = (history.get("response_metadata") or {}).get("next_cursor") or None
+            meta = history.get("response_metadata")
+            cursor = meta.get("next_cursor") if isinstance(meta, dict) else None
+            cursor = cursor if isinstance(cursor, str) and len(cursor) <= 1024 else None
             if not history.get("has_more") or not cursor:
                 return None if found is None else Receipt(found)
         if found is not None:
@@ -260,18 +312,24 @@ def _visible_text(item: dict[str, Any]) -> str:
 
 
 def _posted(item: dict[str, Any], message: Message) -> dict[str, Any]:
-    return {"channel": str(item.get("channel") or message.recipient), "ts": str(item["ts"])}
+    channel = _short_id(item.get("channel")) or peer_text(message.recipient, _ID_LIMIT)
+    return {"channel": channel, "ts": _short_id(item.get("ts"))}
+
+
+def _short_id(value: object) -> str | None:
+    """A channel id, ``ts`` or file id from an answer, if it looks like one."""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None
+    text = str(value)
+    return text if 0 < len(text) <= _ID_LIMIT and text.isprintable() else None
 
 
 def _retry_after(headers: dict[str, Any]) -> float | None:
-    """Seconds from a ``Retry-After`` header (slack_sdk hands values as str or list)."""
+    """Seconds from a ``Retry-After`` header (slack_sdk hands values as str or list),
+    bounded; None when absent or nonsense."""
     for name, value in headers.items():
         if name.lower() == "retry-after":
-            raw = value[0] if isinstance(value, list) else value
-            try:
-                return max(0.0, float(raw))
-            except (TypeError, ValueError):
-                return None
+            return parse_retry_after(value)
     return None
 
 
@@ -280,8 +338,13 @@ def _maybe_posted(exc: SlackApiError) -> bool:
     a proxy, or an error Slack documents as "some of the operation may have
     succeeded". (A 429 or any other error means it was not posted.)"""
     response: SlackResponse = exc.response
+    return response.status_code >= 500 or _error_code(response) in _MAYBE_POSTED_ERRORS
+
+
+def _error_code(response: SlackResponse) -> str | None:
+    """The ``error`` of an answer, if it is a string (an answer may be anything)."""
     error = response.get("error") if isinstance(response.data, dict) else None
-    return response.status_code >= 500 or error in _MAYBE_POSTED_ERRORS
+    return error if isinstance(error, str) else None
 
 
 def _mapped(exc: Exception) -> TransientChannelError | PermanentChannelError:
@@ -289,7 +352,7 @@ def _mapped(exc: Exception) -> TransientChannelError | PermanentChannelError:
     if isinstance(exc, SlackApiError):
         response: SlackResponse = exc.response
         status = response.status_code
-        error = response.get("error") if isinstance(response.data, dict) else None
+        error = _error_code(response)
         if status == 429 or error == "ratelimited":
             return TransientChannelError(
                 "Slack rate limit", retry_after=_retry_after(dict(response.headers))
@@ -298,7 +361,7 @@ def _mapped(exc: Exception) -> TransientChannelError | PermanentChannelError:
             return TransientChannelError(f"Slack answered HTTP {status}")
         if error in _TRANSIENT_ERRORS:
             return TransientChannelError(f"Slack error: {error}")
-        return PermanentChannelError(f"Slack error: {error or f'HTTP {status}'}")
+        return PermanentChannelError(f"Slack error: {peer_text(error or f'HTTP {status}')}")
     if isinstance(exc, URLError | SlackClientError | OSError):
-        return TransientChannelError(f"Slack could not be reached: {exc}")
-    return TransientChannelError(f"Slack request failed: {exc!r}")
+        return TransientChannelError(f"Slack could not be reached: {peer_text(exc)}")
+    return TransientChannelError(f"Slack request failed: {peer_text(repr(exc))}")

@@ -18,25 +18,43 @@ Headers, in the manner of Stripe and GitHub:
   key for receivers, since a webhook cannot be asked afterwards whether it got one
   (:meth:`~nbcast.delivery.channels.base.Channel.check` stays None).
 
+Where it may post: only to URLs the :class:`~nbcast.delivery.webhook_policy.WebhookPolicy`
+allows (HTTPS to public addresses unless ``NBCAST_WEBHOOK_ALLOW_HTTP`` and
+``NBCAST_WEBHOOK_ALLOWED_HOSTS`` say otherwise). The policy is enforced when the
+request is made, with the address pinned: each new connection resolves the host once,
+judges every address, and connects to one of those judged addresses — the URL's host
+still goes in the ``Host`` header and is what TLS sends as SNI and verifies the
+certificate against. (The pin lives in the connection layer rather than in a URL
+rewritten to an IP, so that keep-alive connections stay per host name and a
+connection verified for one name is never reused for another name on the same
+address.) Proxies from the environment are not used: a proxy would resolve the name
+itself. Redirects are not followed. A refused URL fails at once; nothing is sent.
+
+What is kept: the receipt holds the status and a few response headers
+(``content-type``, ``content-length``, ``x-request-id``, ``request-id``; each value at
+most 100 characters) — never the response body, which is read (at most 64 KiB, to
+reuse the connection) and dropped.
+
 Error mapping:
 
 ==============================================  =======================================
 What happened                                   Raised
 ==============================================  =======================================
-2xx                                             (a Receipt: status and the response's
-                                                first 200 characters)
+2xx                                             (a Receipt: status and header summary)
 408, 425, 429, 5xx                              TransientChannelError, ``retry_after``
-                                                from ``Retry-After`` (seconds or date)
+                                                from ``Retry-After`` (seconds or date,
+                                                bounded; nonsense is ignored)
 3xx, other 4xx (404, 410 Gone, 401, …)          PermanentChannelError (redirects are
                                                 not followed: a moved hook is config)
-connect error or timeout, pool timeout          TransientChannelError (nothing sent)
+a URL or an address the policy refuses          PermanentChannelError (nothing sent)
+connect error or timeout, pool timeout, a       TransientChannelError (nothing sent)
+name that does not resolve
 read timeout, write error, disconnect before    OutcomeUnknownError
 the status line
 ==============================================  =======================================
 
 Connections: one :class:`httpx.Client` (keep-alive pool) per channel, closed by
-:meth:`WebhookChannel.close` unless the caller passed its own ``client``. httpx
-clients are thread-safe, and so is this channel.
+:meth:`WebhookChannel.close`. httpx clients are thread-safe, and so is this channel.
 """
 
 from __future__ import annotations
@@ -44,19 +62,37 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
+import ssl
 import time
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
+import httpcore
 import httpx
 
+from nbcast.delivery.channels._peer import parse_retry_after, peer_text
 from nbcast.delivery.channels.base import Channel, Message, Receipt
-from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
+from nbcast.delivery.webhook_policy import (
+    Resolver,
+    WebhookPolicy,
+    check_webhook_url,
+    resolve_webhook_host,
+)
+from nbcast.errors import (
+    ConfigError,
+    OutcomeUnknownError,
+    PermanentChannelError,
+    TransientChannelError,
+)
 
 __all__ = ["WebhookChannel", "payload", "sign", "verify_signature"]
 
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
+_RECEIPT_HEADERS = ("content-type", "content-length", "x-request-id", "request-id")
+_HEADER_VALUE_LIMIT = 100
+_DRAIN_LIMIT = 64 * 1024
+"""Bytes of a response body read (and dropped) so its connection can be reused."""
 
 
 def sign(secret: str | bytes, timestamp: int | str, body: bytes) -> str:
@@ -119,8 +155,71 @@ def payload(message: Message) -> dict[str, Any]:
     }
 
 
+class _PinnedBackend(httpcore.SyncBackend):
+    """Opens each connection to an address the policy judged, from one lookup."""
+
+    def __init__(self, policy: WebhookPolicy, resolver: Resolver) -> None:
+        self.policy = policy
+        self.resolver = resolver
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        try:  # ConfigError (refused) passes through httpcore and httpx untouched
+            addresses = resolve_webhook_host(host, port, self.policy, resolver=self.resolver)
+        except OSError as exc:  # no such name: nothing was sent
+            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return super().connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+
+class _PinnedTransport(httpx.HTTPTransport):
+    """httpx's transport over a connection pool whose connections are pinned
+    (:class:`_PinnedBackend`): the URL, the ``Host`` header and TLS (SNI and the
+    certificate's name) keep the host name; only the TCP connection uses the judged
+    address."""
+
+    def __init__(
+        self,
+        policy: WebhookPolicy,
+        *,
+        verify: ssl.SSLContext | bool,
+        resolver: Resolver,
+        limits: httpx.Limits,
+    ) -> None:
+        super().__init__(verify=verify, limits=limits)
+        # httpx builds its pool without a way to pass a network backend; this one
+        # is built the same way (see httpx.HTTPTransport.__init__), with ours.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_PinnedBackend(policy, resolver),
+        )
+
+
 class WebhookChannel(Channel):
-    """POSTs signed delivery notices to URLs (module docstring)."""
+    """POSTs signed delivery notices to URLs (module docstring).
+
+    ``policy`` says which URLs may be reached (default: HTTPS to public addresses
+    only); ``verify`` is httpx's TLS verification (True, or an
+    :class:`ssl.SSLContext` trusting a private CA); ``resolver`` looks host names up
+    (:func:`socket.getaddrinfo`).
+    """
 
     name: ClassVar[str] = "webhook"
 
@@ -129,15 +228,24 @@ class WebhookChannel(Channel):
         secret: str | bytes,
         *,
         timeout: float = 10.0,
-        client: httpx.Client | None = None,
+        policy: WebhookPolicy | None = None,
+        verify: ssl.SSLContext | bool = True,
+        resolver: Resolver = socket.getaddrinfo,
     ) -> None:
         self.secret = secret
         self.timeout = timeout
-        self._owns_client = client is None
-        self.client = client if client is not None else httpx.Client(timeout=timeout)
+        self.policy = policy if policy is not None else WebhookPolicy()
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        transport = _PinnedTransport(self.policy, verify=verify, resolver=resolver, limits=limits)
+        # A transport of our own also means no proxy from the environment.
+        self.client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
 
     def send(self, message: Message) -> Receipt:
         """POST ``message``'s notice to its recipient URL (error mapping: module doc)."""
+        try:
+            check_webhook_url(message.recipient, self.policy, resolve=False)
+        except ConfigError as exc:
+            raise PermanentChannelError(f"webhook URL refused: {exc}") from None
         body = json.dumps(payload(message), separators=(",", ":"), sort_keys=True).encode()
         timestamp = int(time.time())
         headers = {
@@ -148,41 +256,56 @@ class WebhookChannel(Channel):
             "X-Nbcast-Delivery": message.key,
         }
         try:
-            response = self.client.post(
-                message.recipient, content=body, headers=headers, timeout=self.timeout
-            )
+            with self.client.stream(
+                "POST",
+                message.recipient,
+                content=body,
+                headers=headers,
+                timeout=self.timeout,
+                follow_redirects=False,
+            ) as response:
+                status = response.status_code
+                summary = _header_summary(response)
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                _drain(response, time.monotonic() + self.timeout)
+        except ConfigError as exc:  # the policy refused an address: nothing was sent
+            raise PermanentChannelError(f"webhook URL refused: {exc}") from None
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise TransientChannelError(f"webhook unreachable: {exc!r}") from exc
+            raise TransientChannelError(f"webhook unreachable: {peer_text(repr(exc))}") from exc
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise OutcomeUnknownError(f"webhook did not answer: {exc!r}") from exc
+            raise OutcomeUnknownError(f"webhook did not answer: {peer_text(repr(exc))}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise PermanentChannelError(f"webhook URL is not usable: {exc}") from exc
-        status = response.status_code
+            raise PermanentChannelError(f"webhook URL is not usable: {peer_text(exc)}") from exc
         if 200 <= status < 300:
-            return Receipt({"status": status, "response": response.text[:200]})
+            return Receipt({"status": status, "headers": summary})
         text = f"webhook answered HTTP {status}"
         if status in _TRANSIENT_STATUSES or status >= 500:
-            retry_after = _retry_after(response.headers.get("Retry-After"))
             raise TransientChannelError(text, retry_after=retry_after)
         raise PermanentChannelError(text)
 
     def close(self) -> None:
-        """Close the connection pool (if this channel made it)."""
-        if self._owns_client:
-            self.client.close()
+        """Close the connection pool."""
+        self.client.close()
 
 
-def _retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value: delay-seconds or an HTTP-date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
+def _header_summary(response: httpx.Response) -> dict[str, str]:
+    """The few response headers a receipt keeps, each value cut short."""
+    return {
+        name: peer_text(response.headers[name], _HEADER_VALUE_LIMIT)
+        for name in _RECEIPT_HEADERS
+        if name in response.headers
+    }
+
+
+def _drain(response: httpx.Response, deadline: float) -> None:
+    """Read a little of the body and drop it: a fully read response lets its
+    connection be reused; a longer or slower one is cut off (and its connection
+    closed). The answer is the status, whatever happens here."""
+    read = 0
     try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+        for chunk in response.iter_raw():
+            read += len(chunk)
+            if read > _DRAIN_LIMIT or time.monotonic() > deadline:
+                break
+    except httpx.HTTPError:
+        pass

@@ -8,9 +8,16 @@ Each table (from :func:`nbcast.delivery.tables.read_tables`) becomes one CSV fil
 - nulls are empty fields; booleans ``true``/``false``; integers as digits; floats
   as their shortest round-tripping form (``0.1``, ``1e+20``); dates ``YYYY-MM-DD``;
   datetimes ISO 8601 (``2026-06-15T07:00:00``, with the offset when the column has a
-  time zone); durations ISO 8601 (``P0DT1H30M0S``); strings as they are — no
-  spreadsheet-formula escaping, because a CSV is data (the ``xlsx`` rendition is the
-  one for people and never turns text into formulas).
+  time zone); durations ISO 8601 (``P0DT1H30M0S``); strings as they are, except:
+
+**Formula injection.** A CSV is opened by people in spreadsheets too, and a
+spreadsheet runs a cell that begins with ``=``, ``+``, ``-`` or ``@`` as a formula
+(``=HYPERLINK(…)``, ``=cmd|' /C calc'!A0``). So, as OWASP recommends, every *text*
+cell — a string value, and a column name — that begins with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return is written with a single quote in front
+(``'=1+2``), which spreadsheets show as text. Numbers, booleans, dates and durations
+are never changed (``-5`` stays ``-5``); a program reading the CSV sees the quote on
+those text cells only, and can strip it.
 
 **One table or several.** One table renders as that CSV (``text/csv``,
 ``.csv``). Several render as a zip of ``<name>.csv`` files, sorted by name, with fixed
@@ -28,6 +35,7 @@ import csv
 import datetime as dt
 import io
 import math
+import numbers
 from typing import Any, ClassVar
 
 from nbcast.delivery.renderers._determinism import write_zip
@@ -38,6 +46,12 @@ from nbcast.errors import RenderError
 __all__ = ["CsvRenderer", "table_csv"]
 
 ZIP_MEDIA_TYPE = "application/zip"
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _text(value: str) -> str:
+    """A text cell, neutralised against formula injection (module docstring)."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
 
 
 def _field(value: Any) -> str:
@@ -52,7 +66,9 @@ def _field(value: Any) -> str:
         return repr(value) if math.isfinite(value) else ""
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
-    return str(value)
+    if isinstance(value, numbers.Number | dt.timedelta | dt.time):  # typed: as it is
+        return str(value)
+    return _text(str(value))
 
 
 def _column_fields(series: Any) -> list[str]:
@@ -69,7 +85,8 @@ def _column_fields(series: Any) -> list[str]:
     elif pd.api.types.is_float_dtype(dtype):
         values = [float(v) for v in series.tolist()]
     elif pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
-        values = [None if gone else v.isoformat() for v, gone in zip(series, missing, strict=True)]
+        # Typed values: never neutralised (only text can be a formula).
+        return ["" if gone else v.isoformat() for v, gone in zip(series, missing, strict=True)]
     else:
         values = series.tolist()
     return ["" if gone else _field(value) for value, gone in zip(values, missing, strict=True)]
@@ -79,7 +96,7 @@ def table_csv(frame: Any) -> bytes:
     """One DataFrame as CSV bytes (module docstring for the format)."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow([str(column) for column in frame.columns])
+    writer.writerow([_text(str(column)) for column in frame.columns])
     columns = [_column_fields(frame.iloc[:, i]) for i in range(frame.shape[1])]
     if columns:
         writer.writerows(zip(*columns, strict=True))
