@@ -13,6 +13,32 @@ was lost in the meantime cannot complete its run whichever engine ran it.
 
 The executed notebook is stored even when a cell fails, so the error can be read in
 context.
+
+Decisions:
+
+- **Early exit = no results.** A notebook that stops itself with ``sys.exit()``,
+  ``sys.exit(0)``, ``sys.exit(None)`` or ``raise SystemExit`` succeeds in papermill with
+  its later cells not executed (:mod:`nbcast.executor.early_exit` quotes papermill's
+  rule). The attempt stays SUCCEEDED — exiting is how a notebook says "nothing to report
+  today" — but says so: the executed notebook's ``metadata["nbcast"]["ended_early"]``
+  is ``{"cell_index": i, "code": 0}`` (written before the notebook is stored), the
+  outcome's :attr:`AttemptOutcome.reason` is ``ended_early`` (the run's ``reason``
+  column), and :func:`nbcast.delivery.tables.has_rows` is False for it, so
+  ``only_if: results`` subscriptions are SUPPRESSED ``no_results``; the others still
+  get the notebook as far as it ran. ``SystemExit`` with any other code (``sys.exit(3)``,
+  ``sys.exit("why")``) is a failure like any raised exception
+  (:class:`~nbcast.errors.NotebookExecutionError`, ename ``SystemExit``), retried like one.
+- **Permanent failures are not retried.** Before a kernel is started the attempt checks
+  that the pinned notebook is a notebook, that the run's parameters validate against its
+  parameters cell, and that its kernelspec is installed here
+  (:mod:`nbcast.executor.preflight`). A failure of these — or ``NoSuchKernel`` raised
+  later — is FAILED with :attr:`AttemptOutcome.retryable` False and a ``reason``
+  (``invalid_notebook``, ``invalid_parameters``, ``no_such_kernel``), also kept in the
+  error as ``error["reason"]`` and ``error["retryable"]``; the worker ends the run at
+  once with that reason instead of retrying it.
+- **Bounded errors.** An error's ``evalue`` and each traceback entry are cut to
+  :data:`MAX_ERROR_TEXT` characters, and the traceback to its last 20 entries: a cell
+  that raises with a 100 MB message does not put 100 MB into two database rows.
 """
 
 from __future__ import annotations
@@ -22,6 +48,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +56,23 @@ from typing import Any
 from nbcast.artifacts import open_store
 from nbcast.errors import NotebookExecutionError, RunCancelledError, RunTimeoutError
 from nbcast.executor.models import RunState
+from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
 
-__all__ = ["AttemptJob", "AttemptOutcome", "execute_attempt", "warehouse_context"]
+__all__ = [
+    "ENDED_EARLY",
+    "MAX_ERROR_TEXT",
+    "AttemptJob",
+    "AttemptOutcome",
+    "execute_attempt",
+    "warehouse_context",
+]
+
+ENDED_EARLY = "ended_early"
+"""The reason of a run whose notebook stopped itself with ``sys.exit()`` (module docstring)."""
+
+MAX_ERROR_TEXT = 4000
+"""Characters kept of an error's ``evalue`` and of each of its traceback entries."""
+_MAX_TRACEBACK_ENTRIES = 20
 
 DEFAULT_LIMITS = {"timeout_s": 60, "max_rows": 1_000_000, "max_bytes": 256 * 1024 * 1024}
 
@@ -64,6 +106,11 @@ class AttemptOutcome:
     error: dict[str, Any] | None = None
     usage: list[dict[str, Any]] = field(default_factory=list)
     host: str = ""
+    reason: str | None = None
+    """Why it ended so, when that is more than its state: ``ended_early`` on a success,
+    a permanent failure's reason (:mod:`nbcast.executor.preflight`) on a failure."""
+    retryable: bool = True
+    """False for a failure no retry can fix: the run ends FAILED at once."""
 
 
 def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
@@ -119,7 +166,9 @@ def execute_attempt(
     context_path.write_text(json.dumps(context), encoding="utf-8")
     env_before = os.environ.get("NBCAST_RUN_CONTEXT")
     state, error, kernel_start = RunState.SUCCEEDED, None, None
+    reason: str | None = None
     try:
+        kernel_name, language = check_attempt(job.notebook_json, job.parameters)
         result = execute_notebook(
             str(source),
             str(output),
@@ -129,27 +178,25 @@ def execute_attempt(
             setup_code=_setup_code(run_dir, context_path),
             timeout_s=job.timeout_s,
             cancel=cancel,
+            kernel_name=kernel_name,
+            language=language,
         )
         kernel_start = result.kernel_start_s
+        if result.ended_early is not None:
+            reason = ENDED_EARLY
+    except PermanentFailure as exc:
+        state, reason = RunState.FAILED, exc.reason
+        error = _error(exc.ename, exc.evalue, ())
     except NotebookExecutionError as exc:
         state = RunState.FAILED
-        error = {
-            "cell_index": exc.cell_index,
-            "ename": exc.ename,
-            "evalue": exc.evalue,
-            "traceback": list(exc.traceback)[-20:],
-        }
+        error = {"cell_index": exc.cell_index, **_error(exc.ename, exc.evalue, exc.traceback)}
     except RunTimeoutError as exc:
         state, error = RunState.TIMED_OUT, {"message": str(exc)}
     except RunCancelledError as exc:
         state, error = RunState.CANCELLED, {"message": str(exc)}
-    except Exception as exc:  # the kernel died, papermill broke: retryable
-        state = RunState.FAILED
-        error = {
-            "ename": type(exc).__name__,
-            "evalue": str(exc),
-            "traceback": traceback.format_exception(exc)[-20:],
-        }
+    except Exception as exc:  # the kernel died, papermill broke: retryable, mostly
+        state, reason = RunState.FAILED, permanent_reason(exc)
+        error = _error(type(exc).__name__, str(exc), traceback.format_exception(exc))
     finally:
         if env_before is None:
             os.environ.pop("NBCAST_RUN_CONTEXT", None)
@@ -158,6 +205,9 @@ def execute_attempt(
         sha = open_store(job.artifacts).put_file(output).sha256
     import socket
 
+    retryable = not (state is RunState.FAILED and reason is not None)
+    if error is not None and not retryable:
+        error.update(reason=reason, retryable=False)
     return AttemptOutcome(
         state=state,
         duration_s=time.monotonic() - started,
@@ -166,4 +216,15 @@ def execute_attempt(
         error=error,
         usage=_usage(Path(context["usage_path"])),
         host=socket.gethostname(),
+        reason=reason,
+        retryable=retryable,
     )
+
+
+def _error(ename: str, evalue: str, trace: Sequence[str]) -> dict[str, Any]:
+    """An error's fields, bounded (module docstring)."""
+    return {
+        "ename": ename[:MAX_ERROR_TEXT],
+        "evalue": evalue[:MAX_ERROR_TEXT],
+        "traceback": [line[:MAX_ERROR_TEXT] for line in list(trace)[-_MAX_TRACEBACK_ENTRIES:]],
+    }

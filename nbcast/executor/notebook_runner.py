@@ -49,6 +49,10 @@ Design decisions:
   banner cells). A failing ``setup_code`` raises :class:`~nbcast.errors.ExecutionError`.
   Anything else (a kernel that cannot start, ``TimeoutError`` from the pool) is
   raised unchanged.
+- **Early exits.** A notebook that stops itself with ``sys.exit()`` / ``sys.exit(0)``
+  succeeds in papermill with its later cells not executed; nbcast records where in the
+  executed notebook's metadata and in :attr:`ExecutionResult.ended_early`
+  (:mod:`nbcast.executor.early_exit`). A ``SystemExit`` with another code is an error.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from nbcast.errors import (
     RunCancelledError,
     RunTimeoutError,
 )
+from nbcast.executor.early_exit import record_early_exit
 from nbcast.executor.kernels import (
     KernelPool,
     KernelProcess,
@@ -112,6 +117,9 @@ class ExecutionResult:
     warm: bool
     #: where papermill wrote the executed notebook
     output_path: str
+    #: ``{"cell_index": i, "code": 0}`` when the notebook stopped itself with
+    #: ``sys.exit()`` at cell ``i`` (:mod:`nbcast.executor.early_exit`), else None
+    ended_early: dict[str, Any] | None = None
 
 
 class _SetupNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
@@ -343,13 +351,16 @@ def execute_notebook(
     timeout_s: float | None = None,
     cancel: threading.Event | None = None,
     start_timeout: float = 60,
+    kernel_name: str | None = None,
+    language: str | None = None,
 ) -> ExecutionResult:
     """Run one parameterized notebook with papermill and write the executed notebook.
 
     The kernel works in ``cwd``; ``setup_code`` runs silently in it before the first
     cell. With a ``pool`` the kernel is a pooled one (engine ``nbcast``), otherwise
     papermill's default engine starts one. ``timeout_s`` limits the whole run and
-    ``cancel`` may be set from another thread; either stops the kernel.
+    ``cancel`` may be set from another thread; either stops the kernel. ``kernel_name``
+    and ``language`` override the notebook's (papermill's own arguments).
 
     Raises :class:`~nbcast.errors.NotebookExecutionError` when a cell raises (the output
     notebook is written first, by papermill), :class:`~nbcast.errors.RunTimeoutError`,
@@ -383,6 +394,10 @@ def execute_notebook(
         "log_output": False,
         "start_timeout": start_timeout,
     }
+    if kernel_name is not None:
+        common["kernel_name"] = kernel_name
+    if language is not None:
+        common["language"] = language
     if pool is not None:
         chdir = f"import os as _nbcast_os\n_nbcast_os.chdir({cwd!r})\ndel _nbcast_os\n"
         engine: dict[str, Any] = {
@@ -400,8 +415,9 @@ def execute_notebook(
         }
 
     failure: BaseException | None = None
+    executed: Any = None
     try:
-        papermill.execute_notebook(input_path, output_path, **common, **engine)
+        executed = papermill.execute_notebook(input_path, output_path, **common, **engine)
     except BaseException as exc:
         failure = exc
     finally:
@@ -428,4 +444,5 @@ def execute_notebook(
         kernel_start_s=float(outcome["kernel_start_s"]),
         warm=bool(outcome["warm"]),
         output_path=output_path,
+        ended_early=record_early_exit(executed, output_path),
     )

@@ -36,10 +36,13 @@ worker that was presumed dead cannot complete it.
 ``lease_expired`` once it has had ``max_attempts`` attempts.
 
 **Retries.** A failed attempt (a cell raised, the worker lost its kernel) is retried
-with exponential backoff and full jitter — ``uniform(0, min(cap, base · 2^(n-1)))``
-— until ``max_attempts``; then the run is FAILED with the last error. A timeout is
-not retried (TIMED_OUT): a report that ran out of time once will do so again.
-A cancel ends the run CANCELLED.
+with exponential backoff and full jitter — ``uniform(0, min(cap, base · 2^(n-1)))``,
+bounded by :mod:`nbcast.executor.bounds` — until ``max_attempts``; then the run is
+FAILED ``max_attempts`` with the last error. A timeout is not retried (TIMED_OUT): a
+report that ran out of time once will do so again. A cancel ends the run CANCELLED.
+A failure recorded with ``retry=False`` ends the run FAILED at once, with the reason
+given (``no_such_kernel``, ``invalid_parameters``, …; :mod:`nbcast.executor.preflight`),
+else ``error``. A success may carry a reason too (``ended_early``).
 
 **Budget.** A tenant whose warehouse budget (bytes scanned this calendar month,
 UTC) is spent gets no new runs admitted: the claim moves its due runs to FAILED
@@ -64,6 +67,7 @@ from nbcast.db import Database, insert_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.delivery.models import OutboxRow
 from nbcast.errors import LeaseLostError
+from nbcast.executor import bounds
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.governance.models import Tenant
 from nbcast.retry import backoff
@@ -92,11 +96,11 @@ _START_MANY = sa.text(
 _SUCCEED_MANY = sa.text(
     "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
     "CAST(:owners AS text[]), CAST(:artifacts AS text[]), CAST(:durations AS float8[]), "
-    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[])) "
-    "AS f(id, attempt, owner, artifact, duration, kernel_start, host)), "
+    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[]), CAST(:reasons AS text[])) "
+    "AS f(id, attempt, owner, artifact, duration, kernel_start, host, reason)), "
     "done AS (UPDATE runs r SET state = 'SUCCEEDED', finished_at = :now, "
     "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, error = NULL, "
-    "reason = NULL FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
+    "reason = f.reason FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
     "AND r.lease_owner = f.owner AND r.state IN ('LEASED', 'RUNNING') "
     "RETURNING r.id, r.attempt, r.tenant_id), "
     "handed AS (INSERT INTO delivery_outbox (tenant_id, run_id, created_at) "
@@ -167,6 +171,8 @@ class Success:
     usage: list[dict[str, Any]] = field(default_factory=list)
     host: str = ""
     """Where it actually ran (a Ray node), when not the claiming host."""
+    reason: str | None = None
+    """The run's reason: None, or ``ended_early`` (:mod:`nbcast.executor.early_exit`)."""
 
 
 @dataclass
@@ -195,11 +201,11 @@ class RunQueue:
         self.db = db
         self.clock = clock
         self.owner = owner
-        self.lease = timedelta(seconds=lease_seconds)
+        self.lease = timedelta(seconds=bounds.lease_seconds(lease_seconds))
         self.engine = engine
         self.host = socket.gethostname()
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
+        self.backoff_base = bounds.backoff_seconds(backoff_base)
+        self.backoff_cap = bounds.backoff_seconds(backoff_cap, "retry backoff cap")
         self.last_claim = ClaimStats()
 
     # -- claiming ---------------------------------------------------------------
@@ -598,6 +604,7 @@ class RunQueue:
         kernel_start_s: float | None = None,
         usage: list[dict[str, Any]] | None = None,
         host: str = "",
+        reason: str | None = None,
     ) -> None:
         """Record success (fenced), with the attempt and the warehouse figures."""
         success = Success(
@@ -607,6 +614,7 @@ class RunQueue:
             kernel_start_s=kernel_start_s,
             usage=usage or [],
             host=host,
+            reason=reason,
         )
         if self.succeed_many([success]):
             raise _lost(lease)
@@ -636,6 +644,7 @@ class RunQueue:
                             "durations": [s.duration_s for s in successes],
                             "kernel_starts": [s.kernel_start_s for s in successes],
                             "hosts": [s.host for s in successes],
+                            "reasons": [s.reason for s in successes],
                             "now": now,
                         },
                     )
@@ -653,7 +662,7 @@ class RunQueue:
                             lease_owner=None,
                             lease_expires_at=None,
                             error=None,
-                            reason=None,
+                            reason=s.reason,
                         )
                     )
                     if int(cast(Any, result).rowcount or 0) != 1:
@@ -688,18 +697,20 @@ class RunQueue:
         usage: list[dict[str, Any]] | None = None,
         retry: bool = True,
         host: str = "",
+        reason: str | None = None,
     ) -> RunState:
         """Record a failed attempt (fenced); retry with backoff if attempts remain.
 
-        ``outcome`` is FAILED, TIMED_OUT or CANCELLED; only FAILED is retried. Returns
-        the run's new state.
+        ``outcome`` is FAILED, TIMED_OUT or CANCELLED; only FAILED is retried, and only
+        with ``retry``. A FAILED run that ends gets ``reason`` when given (a permanent
+        failure's), else ``max_attempts`` / ``error``. Returns the run's new state.
         """
         now = self.clock.now()
         retryable = outcome is RunState.FAILED and retry
         with self.db.session() as session:
             if retryable and lease.attempt < lease.quota.max_attempts:
                 state = RunState.QUEUED
-                delay = backoff(lease.attempt, base=self.backoff_base, cap=self.backoff_cap)
+                delay = self._retry_delay(lease.attempt)
                 self._update(
                     session,
                     lease,
@@ -712,8 +723,8 @@ class RunQueue:
                 )
             else:
                 state = outcome
-                reason = {RunState.TIMED_OUT: "timeout", RunState.CANCELLED: "cancelled"}.get(
-                    outcome, "max_attempts" if retryable else "error"
+                ended = {RunState.TIMED_OUT: "timeout", RunState.CANCELLED: "cancelled"}.get(
+                    outcome, reason or ("max_attempts" if retryable else "error")
                 )
                 self._update(
                     session,
@@ -723,7 +734,7 @@ class RunQueue:
                     lease_owner=None,
                     lease_expires_at=None,
                     error=error,
-                    reason=reason,
+                    reason=ended,
                     artifact_sha256=artifact_sha256,
                 )
             conn = session.connection()
@@ -732,6 +743,9 @@ class RunQueue:
             )
             _record_usage(conn, lease, usage or [], now)
         return state
+
+    def _retry_delay(self, attempt: int) -> timedelta:
+        return bounds.retry_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
 
     # -- housekeeping -----------------------------------------------------------
 
@@ -765,8 +779,7 @@ class RunQueue:
                     values = {
                         "state": RunState.QUEUED.value,
                         "reason": "lease_expired",
-                        "not_before": now
-                        + backoff(attempt, base=self.backoff_base, cap=self.backoff_cap),
+                        "not_before": now + self._retry_delay(attempt),
                     }
                 session.connection().execute(
                     sa.update(_RUNS)
@@ -845,9 +858,9 @@ def _record_usage(
                 "attempt": lease.attempt,
                 "connection": str(item.get("connection", "default")),
                 "sql_sha256": str(item.get("sql_sha256", "")),
-                "rows": int(item.get("rows", 0)),
-                "bytes": int(item.get("bytes", 0)),
-                "seconds": float(item.get("seconds", 0.0)),
+                "rows": bounds.counter(item.get("rows", 0)),
+                "bytes": bounds.counter(item.get("bytes", 0)),
+                "seconds": bounds.usage_seconds(item.get("seconds", 0.0)),
                 "error": item.get("error"),
                 "recorded_at": now,
             }

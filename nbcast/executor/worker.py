@@ -10,7 +10,20 @@ One loop step (:meth:`Worker.step`):
    cancel request, gets its attempt cancelled in the engine;
 4. record every attempt the engine reports ended, through the fenced writes: an
    outcome that arrives after its lease was lost is refused and logged, and the run
-   stays with whichever attempt holds it now.
+   stays with whichever attempt holds it now. A failure no retry can fix
+   (:attr:`~nbcast.executor.attempt.AttemptOutcome.retryable` False) ends its run at
+   once, with its reason.
+
+One run's trouble stays with that run. A claimed run whose job cannot be built or
+submitted to the engine is recorded as a failed attempt of that run (not retried
+when the engine refused it as it is: ``ValueError`` / ``TypeError``, reason
+``submit_refused``; nor for a permanent cause, :mod:`nbcast.executor.preflight`) and
+the claim's other runs are submitted. An outcome that cannot be recorded is kept
+(its lease heartbeated) and tried again next step without holding back the others;
+while the database is away that goes on until it is back, but an outcome the database
+refuses :data:`MAX_RECORD_TRIES` times is recorded bare — no warehouse figures, the
+error reduced to its text — and one refused even so is given up after as many more
+tries: its lease then expires and the reaper decides.
 
 SIGTERM stops claiming, lets the running attempts finish (their leases keep being
 renewed) and then exits; a second SIGTERM cancels them. ``exit_when_idle`` makes the
@@ -19,27 +32,39 @@ worker exit once nothing is due and nothing is running (for demos and batch jobs
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
 import time
+import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import sqlalchemy as sa
 
 from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.errors import LeaseLostError
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptJob, AttemptOutcome
+from nbcast.executor.bounds import run_timeout
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import Run, RunState
+from nbcast.executor.preflight import permanent_reason
 from nbcast.executor.queue import Lease, RunQueue, Success
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["MAX_RECORD_TRIES", "SUBMIT_REFUSED", "Worker", "WorkerStats"]
 
 log = logging.getLogger("nbcast.worker")
+
+MAX_RECORD_TRIES = 3
+"""Refusals (not outages) of an outcome by the database before it is recorded bare."""
+
+SUBMIT_REFUSED = "submit_refused"
+"""The reason of a run whose job the engine refused as it is (not retried)."""
 
 
 @dataclass
@@ -86,7 +111,6 @@ class Worker:
         self.work_dir = work_dir
         self.lake = lake
         self.poll_interval = poll_interval
-        self.heartbeat_every = max(lease_seconds / 3, 0.2)
         self.queue = RunQueue(
             db,
             clock,
@@ -95,10 +119,13 @@ class Worker:
             engine=engine.name,
             backoff_base=backoff_base,
         )
+        self.heartbeat_every = max(self.queue.lease.total_seconds() / 3, 0.2)
         self.stats = WorkerStats()
         self._in_flight: dict[tuple[int, int], _InFlight] = {}
-        # Outcomes the database could not take yet (it was away): recorded next step.
+        # Outcomes the database could not take yet: recorded next step.
         self._unrecorded: list[tuple[int, int, AttemptOutcome]] = []
+        # How often the database refused (not: was away for) an outcome, by attempt.
+        self._refusals: dict[tuple[int, int], int] = {}
         self._draining = threading.Event()
         self._stop = threading.Event()
 
@@ -180,7 +207,12 @@ class Worker:
             claimed = self._claim(free)
         self._heartbeats()
         unrecorded, self._unrecorded = self._unrecorded, []
-        self._record(unrecorded + self.engine.poll())
+        try:
+            ended = self.engine.poll()
+        except Exception as exc:  # the engine's trouble: what it holds is reported next time
+            log.warning("polling the %s engine failed: %s", self.engine.name, exc)
+            ended = []
+        self._record(unrecorded + ended)
         return claimed
 
     def _claim(self, free: int) -> int:
@@ -195,32 +227,78 @@ class Worker:
             log.warning("could not start %d claimed runs: %s", len(leases), exc)
             return 0
         for lease in leases:
-            job = AttemptJob(
-                run_id=lease.run_id,
-                attempt=lease.attempt,
-                tenant=lease.tenant,
-                definition=lease.definition,
-                label=lease.label,
-                notebook_json=lease.notebook_json,
-                parameters=lease.parameters,
-                timeout_s=float(lease.quota.run_timeout_s),
-                work_dir=self.work_dir,
-                artifacts=self.artifacts,
-                warehouse=lease.warehouse,
-                lake=self.lake,
-            )
-            resources = Resources(
-                tenant=lease.tenant,
-                num_cpus=lease.quota.cpus_per_run,
-                memory_mb=lease.quota.memory_mb_per_run,
-            )
-            self._in_flight[(lease.run_id, lease.attempt)] = _InFlight(
-                lease, time.monotonic() + self.heartbeat_every
-            )
-            self.engine.submit(job, resources)
             self.stats.claimed += 1
+            try:
+                self._submit(lease)
+            except Exception as exc:  # this run's trouble: the claim's others go on
+                self._submit_failed(lease, exc)
+                continue
             log.info("started %s (run %d attempt %d)", lease.label, lease.run_id, lease.attempt)
         return len(leases)
+
+    def _submit(self, lease: Lease) -> None:
+        job = AttemptJob(
+            run_id=lease.run_id,
+            attempt=lease.attempt,
+            tenant=lease.tenant,
+            definition=lease.definition,
+            label=lease.label,
+            notebook_json=lease.notebook_json,
+            parameters=lease.parameters,
+            timeout_s=run_timeout(lease.quota.run_timeout_s),
+            work_dir=self.work_dir,
+            artifacts=self.artifacts,
+            warehouse=lease.warehouse,
+            lake=self.lake,
+        )
+        resources = Resources(
+            tenant=lease.tenant,
+            num_cpus=lease.quota.cpus_per_run,
+            memory_mb=lease.quota.memory_mb_per_run,
+        )
+        key = (lease.run_id, lease.attempt)
+        self._in_flight[key] = _InFlight(lease, time.monotonic() + self.heartbeat_every)
+        try:
+            self.engine.submit(job, resources)
+        except BaseException:
+            del self._in_flight[key]
+            raise
+
+    def _submit_failed(self, lease: Lease, exc: Exception) -> None:
+        """Record a run that could not be handed to the engine as a failed attempt."""
+        reason = permanent_reason(exc)
+        if reason is None and isinstance(exc, (ValueError, TypeError)):
+            reason = SUBMIT_REFUSED  # the engine refused the job as it is: so it will again
+        error: dict[str, Any] = {
+            "ename": type(exc).__name__,
+            "evalue": str(exc)[:MAX_ERROR_TEXT],
+            "traceback": [line[:MAX_ERROR_TEXT] for line in traceback.format_exception(exc)[-20:]],
+            "stage": "submit",
+        }
+        if reason is not None:
+            error.update(reason=reason, retryable=False)
+        log.warning(
+            "could not submit run %d attempt %d: %s: %s",
+            lease.run_id,
+            lease.attempt,
+            type(exc).__name__,
+            exc,
+        )
+        try:
+            state = self.queue.fail(
+                lease, error, duration_s=0.0, retry=reason is None, reason=reason
+            )
+        except Exception as record_exc:  # its lease expires and the reaper requeues it
+            log.warning("could not record that run %d failed: %s", lease.run_id, record_exc)
+            return
+        self.stats.failed += 1
+        self.stats.outcomes.append((lease.run_id, lease.attempt, RunState.FAILED.value))
+        log.info(
+            "run %d attempt %d: FAILED at submit; the run is %s",
+            lease.run_id,
+            lease.attempt,
+            state.value,
+        )
 
     def _heartbeats(self) -> None:
         now = time.monotonic()
@@ -241,64 +319,102 @@ class Worker:
 
     def _record(self, ended: list[tuple[int, int, AttemptOutcome]]) -> None:
         """Record what ended: the successes of one poll in one transaction
-        (:meth:`RunQueue.succeed_many`), every other outcome on its own."""
-        successes: list[Success] = []
-        outcomes_by_key = {(run_id, attempt): outcome for run_id, attempt, outcome in ended}
+        (:meth:`RunQueue.succeed_many`), every other outcome on its own; an outcome
+        that cannot be recorded is kept for the next step (module docstring)."""
+        successes: list[tuple[Lease, AttemptOutcome]] = []
         for run_id, attempt, outcome in ended:
             flight = self._in_flight.pop((run_id, attempt), None)
             if flight is None:
                 continue
-            lease = flight.lease
             if outcome.state is RunState.SUCCEEDED:
-                successes.append(
-                    Success(
-                        lease=lease,
-                        artifact_sha256=outcome.artifact_sha256,
-                        duration_s=outcome.duration_s,
-                        kernel_start_s=outcome.kernel_start_s,
-                        usage=outcome.usage,
-                        host=outcome.host,
-                    )
-                )
-                continue
-            try:
-                self.queue.fail(
-                    lease,
-                    outcome.error or {},
-                    outcome=outcome.state,
-                    duration_s=outcome.duration_s,
-                    artifact_sha256=outcome.artifact_sha256,
-                    usage=outcome.usage,
-                    host=outcome.host,
-                )
-            except LeaseLostError:
-                self._refused(run_id, attempt, outcome)
-                continue
-            self._recorded(run_id, attempt, outcome)
-            self.stats.failed += 1
-        if not successes:
+                successes.append((flight.lease, outcome))
+            else:
+                self._record_failure(flight.lease, outcome)
+        if successes:
+            self._record_successes(successes)
+
+    def _record_failure(self, lease: Lease, outcome: AttemptOutcome) -> None:
+        try:
+            self.queue.fail(
+                lease,
+                outcome.error or {},
+                outcome=outcome.state,
+                duration_s=outcome.duration_s,
+                artifact_sha256=outcome.artifact_sha256,
+                usage=outcome.usage,
+                host=outcome.host,
+                retry=outcome.retryable,
+                reason=outcome.reason,
+            )
+        except LeaseLostError:
+            self._refused(lease.run_id, lease.attempt, outcome)
             return
+        except Exception as exc:
+            self._keep(lease, outcome, exc)
+            return
+        self._recorded(lease.run_id, lease.attempt, outcome)
+        self.stats.failed += 1
+
+    def _record_successes(self, batch: list[tuple[Lease, AttemptOutcome]]) -> None:
+        successes = [
+            Success(
+                lease=lease,
+                artifact_sha256=outcome.artifact_sha256,
+                duration_s=outcome.duration_s,
+                kernel_start_s=outcome.kernel_start_s,
+                usage=outcome.usage,
+                host=outcome.host,
+                reason=outcome.reason,
+            )
+            for lease, outcome in batch
+        ]
         try:
             refused = {
                 (s.lease.run_id, s.lease.attempt) for s in self.queue.succeed_many(successes)
             }
-        except Exception as exc:  # the database is away: keep the outcomes, retry next step
-            log.warning("could not record %d successes yet: %s", len(successes), exc)
-            for s in successes:
-                key = (s.lease.run_id, s.lease.attempt)
-                self._in_flight[key] = _InFlight(s.lease, time.monotonic())  # heartbeat it
-                self._unrecorded.append((*key, outcomes_by_key[key]))
+        except Exception as exc:
+            if len(batch) > 1 and not _database_away(exc):
+                # One of them is refused: record them one by one, so it fails alone.
+                log.warning("could not record %d successes together: %s", len(batch), exc)
+                for item in batch:
+                    self._record_successes([item])
+                return
+            for lease, outcome in batch:  # the database is away: keep them, retry next step
+                self._keep(lease, outcome, exc)
             return
-        for s in successes:
-            key = (s.lease.run_id, s.lease.attempt)
-            outcome = outcomes_by_key[key]
+        for lease, outcome in batch:
+            key = (lease.run_id, lease.attempt)
             if key in refused:
                 self._refused(*key, outcome)
             else:
                 self._recorded(*key, outcome)
                 self.stats.succeeded += 1
 
+    def _keep(self, lease: Lease, outcome: AttemptOutcome, exc: Exception) -> None:
+        """Keep an outcome the database did not take, heartbeating its lease meanwhile."""
+        key = (lease.run_id, lease.attempt)
+        if _database_away(exc):
+            log.warning("could not record run %d attempt %d yet: %s", *key, exc)
+        else:
+            refusals = self._refusals[key] = self._refusals.get(key, 0) + 1
+            log.warning(
+                "the database refused the outcome of run %d attempt %d (%d times): %s: %s",
+                *key,
+                refusals,
+                type(exc).__name__,
+                exc,
+            )
+            if refusals >= 2 * MAX_RECORD_TRIES:
+                log.error("giving up recording run %d attempt %d; its lease will expire", *key)
+                self._refusals.pop(key, None)
+                return
+            if refusals >= MAX_RECORD_TRIES:
+                outcome = _bare(outcome, exc)
+        self._in_flight[key] = _InFlight(lease, time.monotonic())  # heartbeat it
+        self._unrecorded.append((*key, outcome))
+
     def _recorded(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+        self._refusals.pop((run_id, attempt), None)
         self.stats.outcomes.append((run_id, attempt, outcome.state.value))
         log.info(
             "run %d attempt %d: %s in %.2fs",
@@ -309,6 +425,7 @@ class Worker:
         )
 
     def _refused(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+        self._refusals.pop((run_id, attempt), None)
         self.stats.rejected += 1
         log.warning(
             "run %d attempt %d ended %s after its lease was lost; the outcome is refused",
@@ -316,6 +433,31 @@ class Worker:
             attempt,
             outcome.state.value,
         )
+
+
+def _database_away(exc: BaseException) -> bool:
+    """The database could not be reached (as opposed to: it refused what was sent)."""
+    return isinstance(exc, sa.exc.OperationalError) or (
+        isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+    )
+
+
+def _bare(outcome: AttemptOutcome, exc: BaseException) -> AttemptOutcome:
+    """``outcome`` without what the database may refuse: no warehouse figures, the
+    reason cut to its column, and the error (if any) as plain text, with why it had to
+    be reduced."""
+    reason = str(outcome.reason)[:32] if outcome.reason is not None else None
+    error: dict[str, Any] | None = None
+    if outcome.error is not None:
+        raw = outcome.error if isinstance(outcome.error, Mapping) else {"evalue": outcome.error}
+        error = {
+            "ename": str(raw.get("ename", ""))[:200],
+            "evalue": str(raw.get("evalue", raw.get("message", "")))[:MAX_ERROR_TEXT],
+            "unrecordable": f"{type(exc).__name__}: {exc}"[:1000],
+        }
+        if not outcome.retryable:
+            error.update(reason=reason, retryable=False)
+    return dataclasses.replace(outcome, usage=[], error=error, reason=reason)
 
 
 def default_work_dir(home: Path) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Self
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.registry import Registry
@@ -60,7 +61,7 @@ class Engine(ABC):
     def close(self) -> None:
         """Stop everything."""
 
-    def __enter__(self) -> Engine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:

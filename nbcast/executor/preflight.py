@@ -1,0 +1,114 @@
+"""Permanent failures: what no retry can fix, found before a kernel is started.
+
+A failed attempt is normally retried with backoff (:mod:`nbcast.executor.queue`): a
+kernel that died, a warehouse that was away, a cell that raised may all go better next
+time. Some failures cannot: the attempt would fail the same way every time, so each
+retry only wastes a kernel start and delays the report's owner learning why it did not
+come. Those end the run FAILED at once, after one attempt, with a reason that says why:
+
+==================  =======================================================================
+reason              cause
+==================  =======================================================================
+invalid_notebook    the pinned version's notebook is not JSON, not a notebook nbformat
+                    reads, or its ``parameters`` tag is on several cells or a non-code cell
+invalid_parameters  the run's parameters do not validate against the pinned notebook's
+                    parameters cell (or that cell is not literal assignments)
+no_such_kernel      no kernelspec named by the notebook is installed where the attempt
+                    runs (``jupyter_client.kernelspec.NoSuchKernel``)
+==================  =======================================================================
+
+:func:`check_attempt` checks all three before any kernel is started (cheap: JSON
+parsing, the parameters cell's AST, kernelspec files); :func:`permanent_reason`
+classifies an exception raised later (a kernelspec removed meanwhile). The check runs
+inside the attempt, i.e. on the machine (or Ray node) that executes it, because that is
+where the kernel must exist.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "INVALID_NOTEBOOK",
+    "INVALID_PARAMETERS",
+    "NO_SUCH_KERNEL",
+    "PermanentFailure",
+    "check_attempt",
+    "permanent_reason",
+]
+
+INVALID_NOTEBOOK = "invalid_notebook"
+INVALID_PARAMETERS = "invalid_parameters"
+NO_SUCH_KERNEL = "no_such_kernel"
+
+_MAX_EVALUE_CHARS = 2000
+
+
+class PermanentFailure(Exception):
+    """An attempt that cannot succeed on retry: ``reason`` (module docstring), and the
+    ``ename`` / ``evalue`` of what was found."""
+
+    def __init__(self, reason: str, ename: str, evalue: str) -> None:
+        super().__init__(reason, ename, evalue)
+        self.reason = reason
+        self.ename = ename
+        self.evalue = evalue[:_MAX_EVALUE_CHARS]
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.ename}: {self.evalue}"
+
+
+def permanent_reason(exc: BaseException) -> str | None:
+    """The permanent-failure reason of ``exc``, or None when a retry might succeed."""
+    from jupyter_client.kernelspec import NoSuchKernel
+
+    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
+
+    if isinstance(exc, PermanentFailure):
+        return exc.reason
+    if isinstance(exc, NoSuchKernel):
+        return NO_SUCH_KERNEL
+    if isinstance(exc, (ParameterValueError, ParametersCellError)):
+        return INVALID_PARAMETERS
+    if isinstance(exc, NotebookError):
+        return INVALID_NOTEBOOK
+    return None
+
+
+def _failure(reason: str, exc: BaseException) -> PermanentFailure:
+    return PermanentFailure(reason, type(exc).__name__, str(exc))
+
+
+def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[str, str | None]:
+    """Check an attempt's notebook, parameters and kernel before it starts; return the
+    kernelspec name and the language to run it with
+    (:mod:`nbcast.executor.kernelspec_check`). Raises :class:`PermanentFailure`."""
+    import nbformat
+
+    from nbcast.definitions.notebook import parameters_cell
+    from nbcast.definitions.parameters import parse_parameters_cell, validate_parameters
+    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
+    from nbcast.executor.kernelspec_check import kernel_language, kernel_name, missing_kernel
+
+    try:
+        notebook = json.loads(notebook_json)
+        if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+            raise NotebookError("not a Jupyter notebook (no list of 'cells')")
+        # What papermill's loader does with the same text: it must not fail later.
+        nbformat.reads(notebook_json, as_version=4)
+        cell = parameters_cell(notebook)
+    except Exception as exc:  # json, nbformat and jsonschema raise unrelated types
+        raise _failure(INVALID_NOTEBOOK, exc) from exc
+    try:
+        schema = parse_parameters_cell(cell[1]) if cell else ()
+        validate_parameters(schema, parameters)
+    except (ParameterValueError, ParametersCellError) as exc:
+        raise _failure(INVALID_PARAMETERS, exc) from exc
+    missing = missing_kernel(notebook)
+    if missing is not None:
+        raise PermanentFailure(
+            NO_SUCH_KERNEL, "NoSuchKernel", f"no kernelspec named {missing!r} is installed here"
+        )
+    return kernel_name(notebook), kernel_language(notebook)
