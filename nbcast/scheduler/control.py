@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,7 +31,8 @@ from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.errors import ScheduleError, UnknownDefinitionError
 from nbcast.executor.models import Run, RunKind, RunState
 from nbcast.governance.tenants import get_tenant
-from nbcast.scheduler.materializer import _EPSILON, Materializer, _due, _next, _rows
+from nbcast.limits import MAX_BACKFILL_SLOTS
+from nbcast.scheduler.materializer import _EPSILON, Materializer, _due, _next, _rows, _usable
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
 
@@ -52,6 +54,8 @@ def _definition(session: Session, tenant: str, name: str) -> ReportDefinition:
 def _state(
     db: Database, session: Session, materializer: Materializer, definition: ReportDefinition
 ) -> ScheduleState:
+    # Brought up to date in this transaction: a refused command writes nothing.
+    materializer.sync_definition(session, definition.id)
     query = sa.select(ScheduleState).where(ScheduleState.definition_id == definition.id)
     if db.dialect == "postgresql":
         query = query.with_for_update()
@@ -66,7 +70,6 @@ def _state(
 def pause(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> bool:
     """Pause definition ``name``; False if it was already paused."""
     materializer = Materializer(db, clock, name=by)
-    materializer.sync()
     with db.session() as session:
         state = _state(db, session, materializer, _definition(session, tenant, name))
         if state.paused:
@@ -87,16 +90,17 @@ class ResumeResult:
 def resume(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> ResumeResult | None:
     """Resume definition ``name`` (module docstring); None if it was not paused."""
     materializer = Materializer(db, clock, name=by)
-    materializer.sync()
     now = clock.now()
     with db.session() as session:
         definition = _definition(session, tenant, name)
         state = _state(db, session, materializer, definition)
         if not state.paused:
             return None
-        plan = materializer._plan_rows(session, [(definition.id, state.schedule_version)])[
-            (definition.id, state.schedule_version)
-        ]
+        plan = _usable(
+            materializer._plan_rows(session, [(definition.id, state.schedule_version)]).get(
+                (definition.id, state.schedule_version)
+            )
+        )
         paused_at = state.paused_at or now
         before = (
             _due(plan, state.watermark, min(paused_at, now)) if paused_at > state.watermark else []
@@ -133,7 +137,6 @@ def backfill(
     if start >= end:
         raise ScheduleError("backfill: --from must be before --to")
     materializer = Materializer(db, clock, name=by)
-    materializer.sync()
     now = clock.now()
     with db.session() as session:
         definition = _definition(session, tenant, name)
@@ -143,14 +146,18 @@ def backfill(
                 f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
                 f"{state.watermark.isoformat()}; later slots are the scheduler's"
             )
-        plan = materializer._plan_rows(session, [(definition.id, state.schedule_version)])[
-            (definition.id, state.schedule_version)
-        ]
+        plan = _usable(
+            materializer._plan_rows(session, [(definition.id, state.schedule_version)]).get(
+                (definition.id, state.schedule_version)
+            )
+        )
         if plan.compiled is None:
             raise ScheduleError(f"{name!r} has no schedule to backfill")
-        slots = list(plan.compiled.slots(start, end))
-        if len(slots) > 100_000:
-            raise ScheduleError(f"backfill: {len(slots)} slots is over the 100,000 limit")
+        slots = list(islice(plan.compiled.slots(start, end), MAX_BACKFILL_SLOTS + 1))
+        if len(slots) > MAX_BACKFILL_SLOTS:
+            raise ScheduleError(
+                f"backfill: more than {MAX_BACKFILL_SLOTS:,} slots in the range; narrow it"
+            )
         decisions = [
             Decision(s, RunState.QUEUED)
             if s.reason is None

@@ -21,6 +21,24 @@ One *pass* (:meth:`Materializer.tick`) does two things:
 Runs pin the version whose schedule produced them. A run's ``not_before`` is its
 fire time plus a deterministic share of the schedule's ``jitter`` (a hash of the
 definition and slot key), so replays compute the same value.
+
+**One definition's failure stays its own.** A definition whose version cannot be
+parsed or compiled, whose slots cannot be computed (a date out of range, say) or
+whose rows cannot be written is a *poison* item: its failure is recorded on its
+``schedule_states`` row (``error``, ``failures``, ``failed_at``), its watermark
+stays where it was, and it is tried again at ``next_fire_at`` = now + backoff (30 s,
+doubling, at most an hour) — while every other definition of the pass is
+materialized as usual. When a batch's write fails, the batch is written again one
+definition at a time, each under a savepoint, so only the culprit is held back. A
+success clears the error. A new version of the definition is picked up by the next
+sync as usual, which is how an author fixes it.
+
+**Bounded passes.** One pass materializes at most
+:data:`~nbcast.limits.MAX_SLOTS_PER_PASS` slots of one definition (a scheduler
+that was down for a year under a one-minute schedule); the rest follow in the next
+pass, which is due at once. The misfire policy sees that more slots are due (so
+``run_latest`` supersedes every missed slot of the earlier chunks); ``max_catchup``
+of ``run_all`` counts per pass.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -42,8 +61,10 @@ from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
+from nbcast.errors import ScheduleError
 from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunKind, RunState
 from nbcast.faults import crash_point
+from nbcast.limits import MAX_SLOTS_PER_PASS
 from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, decide
@@ -62,6 +83,8 @@ class TickResult:
     slots: int = 0
     inserted: int = 0
     by_state: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    """Definitions whose failure was recorded on them (poison, module docstring)."""
 
     def add(self, decisions: Iterable[Decision]) -> None:
         """Count ``decisions`` by resulting state."""
@@ -72,7 +95,8 @@ class TickResult:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A compiled version: its spec, schedule and schema-checked parameters."""
+    """A compiled version: its spec, schedule and schema-checked parameters — or,
+    for a version that cannot be compiled, why (``error``)."""
 
     version_id: int
     version: int
@@ -80,6 +104,30 @@ class _Plan:
     spec: ReportSpec
     schedule: ScheduleSpec | None
     compiled: CompiledSchedule | None
+    error: str | None = None
+
+
+class PoisonDefinition(ScheduleError):
+    """A definition that cannot be materialized right now (module docstring)."""
+
+
+_FAILURE_BACKOFF_BASE = 30.0
+_FAILURE_BACKOFF_CAP = 3600.0
+
+
+def failure_backoff(failures: int) -> timedelta:
+    """When a definition that failed ``failures`` times in a row is tried again:
+    30 s, doubling, at most an hour (deterministic: replicas agree)."""
+    exponent = min(max(failures - 1, 0), 20)
+    return timedelta(seconds=min(_FAILURE_BACKOFF_CAP, _FAILURE_BACKOFF_BASE * 2**exponent))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One bounded line for the ``error`` column."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, PoisonDefinition):
+        text = f"{type(exc).__name__}: {text}"
+    return text[:500]
 
 
 def initial_watermark(first_publish: datetime, schedule: ScheduleSpec | None) -> datetime:
@@ -141,9 +189,12 @@ class Materializer:
         cached = self._plans.get(version_id)
         if cached is not None:
             return cached
-        spec = parse_spec(block, schema_from_json(schema))
-        compiled = compile_schedule(spec.schedule) if spec.schedule else None
-        plan = _Plan(version_id, version, tenant_id, spec, spec.schedule, compiled)
+        try:
+            spec = parse_spec(block, schema_from_json(schema))
+            compiled = compile_schedule(spec.schedule) if spec.schedule else None
+            plan = _Plan(version_id, version, tenant_id, spec, spec.schedule, compiled)
+        except Exception as exc:  # a poison version: recorded on its definition
+            plan = _Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
         if len(self._plans) > 100_000:
             self._plans.clear()
         self._plans[version_id] = plan
@@ -194,19 +245,12 @@ class Materializer:
             if newest is not None and newest == self._synced_through:
                 return 0
             rows = session.execute(
-                sa.select(
-                    ReportDefinition.id,
-                    ReportDefinition.latest_version,
-                    ScheduleState.schedule_version,
-                )
-                .outerjoin(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)
-                .where(
+                _sync_candidates().where(
                     sa.or_(
                         ScheduleState.definition_id.is_(None),
                         ScheduleState.schedule_version < ReportDefinition.latest_version,
                     )
                 )
-                .where(ReportDefinition.latest_version > 0)
             ).all()
             if not rows:
                 self._synced_through = newest
@@ -218,6 +262,13 @@ class Materializer:
         if not self._incomplete:  # a definition locked by another replica: look again
             self._synced_through = newest
         return changed
+
+    def sync_definition(self, session: Session, definition_id: int) -> None:
+        """Sync one definition inside the caller's transaction (so a command that is
+        then refused rolls it back with everything else)."""
+        rows = session.execute(_sync_candidates().where(ReportDefinition.id == definition_id)).all()
+        if rows:
+            self._sync_chunk(session, rows)
 
     def _sync_chunk(self, session: Session, rows: Sequence[Any]) -> int:
         changed = 0
@@ -237,21 +288,34 @@ class Materializer:
             now = self.clock.now()
             states = []
             for r in fresh:
-                plan = plans[(r.id, r.latest_version)]
-                watermark = initial_watermark(firsts[r.id], plan.schedule)
-                states.append(
-                    {
-                        "definition_id": r.id,
-                        "tenant_id": plan.tenant_id,
-                        "schedule_version": r.latest_version,
-                        "watermark": watermark,
-                        "next_fire_at": _next(plan, watermark),
-                        "paused": False,
-                        "paused_at": None,
-                        "updated_at": now,
-                        "updated_by": self.name,
-                    }
-                )
+                plan = plans.get((r.id, r.latest_version))
+                first = firsts.get(r.id, now)
+                fresh_state: dict[str, Any] = {
+                    "definition_id": r.id,
+                    "tenant_id": plan.tenant_id if plan else r.tenant_id,
+                    "schedule_version": r.latest_version,
+                    "paused": False,
+                    "paused_at": None,
+                    "updated_at": now,
+                    "updated_by": self.name,
+                    "error": None,
+                    "failures": 0,
+                    "failed_at": None,
+                }
+                try:
+                    plan = _usable(plan)
+                    watermark = initial_watermark(first, plan.schedule)
+                    fresh_state.update(watermark=watermark, next_fire_at=_next(plan, watermark))
+                except Exception as exc:  # a poison definition: recorded, retried later
+                    log.warning("definition %d cannot be scheduled: %s", r.id, exc)
+                    fresh_state.update(
+                        watermark=first,
+                        next_fire_at=now + failure_backoff(1),
+                        error=describe_failure(exc),
+                        failures=1,
+                        failed_at=now,
+                    )
+                states.append(fresh_state)
             insert_many_ignore(session, ScheduleState, states)
             changed += len(states)
         for r in rows:
@@ -265,11 +329,20 @@ class Materializer:
                 continue
             if state.schedule_version >= r.latest_version:
                 continue  # already switched
-            plan = plans[(r.id, r.latest_version)]
+            now = self.clock.now()
             state.schedule_version = r.latest_version
-            state.next_fire_at = _next(plan, state.watermark)
-            state.updated_at = self.clock.now()
+            state.updated_at = now
             state.updated_by = self.name
+            try:
+                state.next_fire_at = _next(
+                    _usable(plans.get((r.id, r.latest_version))), state.watermark
+                )
+                state.error, state.failures = None, 0
+            except Exception as exc:  # the new version is poison: recorded, retried later
+                log.warning("definition %d cannot be scheduled: %s", r.id, exc)
+                state.failures += 1
+                state.error, state.failed_at = describe_failure(exc), now
+                state.next_fire_at = now + failure_backoff(state.failures)
             changed += 1
         return changed
 
@@ -310,6 +383,7 @@ class Materializer:
             total.definitions += r.definitions
             total.slots += r.slots
             total.inserted += r.inserted
+            total.failed += r.failed
             for state, count in r.by_state.items():
                 total.by_state[state] = total.by_state.get(state, 0) + count
         return total
@@ -328,7 +402,12 @@ class Materializer:
         with self.db.session() as session:
             states = session.execute(
                 self._lock(
-                    sa.select(table.definition_id, table.schedule_version, table.watermark)
+                    sa.select(
+                        table.definition_id,
+                        table.schedule_version,
+                        table.watermark,
+                        table.failures,
+                    )
                     .where(table.paused.is_(False), table.next_fire_at <= now)
                     .order_by(table.next_fire_at)
                     .limit(self.batch)
@@ -338,46 +417,118 @@ class Materializer:
                 return 0
             plans = self._plan_rows(session, [(s[0], s[1]) for s in states])
             active = self._active(session, [s[0] for s in states])
-            rows: list[dict[str, Any]] = []
-            replaced: list[int] = []
-            moves: list[dict[str, Any]] = []
-            for definition_id, version, watermark in states:
-                plan = plans[(definition_id, version)]
-                slots = _due(plan, watermark, now)
-                outcome = decide(
-                    slots,
-                    now,
-                    plan.schedule or ScheduleSpec(),
-                    active.get(definition_id, ActiveRuns()),
-                )
-                rows.extend(_rows(definition_id, plan, outcome.items, RunKind.scheduled, now))
-                if outcome.cancel_active:
-                    replaced.append(definition_id)
-                result.add(outcome.items)
-                if slots:
-                    watermark = slots[-1].fire_at
-                moves.append(
-                    {"d": definition_id, "w": watermark, "n": _next(plan, watermark), "u": now}
-                )
-            result.inserted += self._insert(session, rows)
-            crash_point("after_runs_insert")
-            if replaced:
-                self._request_cancels(session, replaced, now)
-            session.connection().execute(
-                sa.update(cast(sa.Table, ScheduleState.__table__))
-                .where(table.definition_id == sa.bindparam("d"))
-                .values(
-                    watermark=sa.bindparam("w"),
-                    next_fire_at=sa.bindparam("n"),
-                    updated_at=sa.bindparam("u"),
-                    updated_by=self.name,
-                ),
-                moves,
-            )
+            work: list[_Work] = []
+            failed: dict[int, tuple[int, BaseException]] = {}
+            for definition_id, version, watermark, failures in states:
+                try:
+                    work.append(
+                        self._work(
+                            definition_id,
+                            _usable(plans.get((definition_id, version))),
+                            watermark,
+                            now,
+                            active.get(definition_id, ActiveRuns()),
+                        )
+                    )
+                except Exception as exc:  # a poison definition fails alone
+                    failed[definition_id] = (failures, exc)
+            failures_of = {s[0]: s[3] for s in states}
+            try:
+                with session.begin_nested():
+                    result.inserted += self._write(session, work, now)
+            except Exception as exc:  # one definition's rows broke the batch: find it
+                log.warning("a batch write failed (%s); writing one definition at a time", exc)
+                kept: list[_Work] = []
+                for item in work:
+                    try:
+                        with session.begin_nested():
+                            result.inserted += self._write(session, [item], now)
+                        kept.append(item)
+                    except Exception as alone:
+                        failed[item.definition_id] = (failures_of[item.definition_id], alone)
+                work = kept
+            for item in work:
+                result.add(item.decisions)
+            for definition_id, (failures, problem) in failed.items():
+                self._record_failure(session, definition_id, failures, problem, now)
             crash_point("after_watermark_update")
             result.definitions += len(states)
+            result.failed += len(failed)
         crash_point("after_commit")
         return len(states)
+
+    def _work(
+        self,
+        definition_id: int,
+        plan: _Plan,
+        watermark: datetime,
+        now: datetime,
+        active: ActiveRuns,
+    ) -> _Work:
+        """What one definition's pass writes: its rows and its new watermark."""
+        slots = _due(plan, watermark, now, limit=MAX_SLOTS_PER_PASS + 1)
+        more = len(slots) > MAX_SLOTS_PER_PASS
+        slots = slots[:MAX_SLOTS_PER_PASS]
+        outcome = decide(slots, now, plan.schedule or ScheduleSpec(), active, more_due=more)
+        rows = _rows(definition_id, plan, outcome.items, RunKind.scheduled, now)
+        if slots:
+            watermark = slots[-1].fire_at
+        return _Work(
+            definition_id=definition_id,
+            rows=rows,
+            decisions=outcome.items,
+            cancel_active=outcome.cancel_active,
+            move={"d": definition_id, "w": watermark, "n": _next(plan, watermark), "u": now},
+        )
+
+    def _write(self, session: Session, work: list[_Work], now: datetime) -> int:
+        """Insert the rows of ``work``, request its cancels, move its watermarks."""
+        if not work:
+            return 0
+        table = ScheduleState.__table__.c
+        inserted = self._insert(session, [row for item in work for row in item.rows])
+        crash_point("after_runs_insert")
+        replaced = [item.definition_id for item in work if item.cancel_active]
+        if replaced:
+            self._request_cancels(session, replaced, now)
+        session.connection().execute(
+            sa.update(cast(sa.Table, ScheduleState.__table__))
+            .where(table.definition_id == sa.bindparam("d"))
+            .values(
+                watermark=sa.bindparam("w"),
+                next_fire_at=sa.bindparam("n"),
+                updated_at=sa.bindparam("u"),
+                updated_by=self.name,
+                error=None,
+                failures=0,
+            ),
+            [item.move for item in work],
+        )
+        return inserted
+
+    def _record_failure(
+        self, session: Session, definition_id: int, failures: int, exc: BaseException, now: datetime
+    ) -> None:
+        """Record a poison definition's failure and when to try it again."""
+        failures += 1
+        log.warning(
+            "definition %d failed to materialize (%d in a row): %s",
+            definition_id,
+            failures,
+            describe_failure(exc),
+        )
+        session.execute(
+            sa.update(ScheduleState)
+            .where(ScheduleState.definition_id == definition_id)
+            .values(
+                error=describe_failure(exc),
+                failures=failures,
+                failed_at=now,
+                next_fire_at=now + failure_backoff(failures),
+                updated_at=now,
+                updated_by=self.name,
+            )
+        )
 
     def _insert(self, session: Session, rows: list[dict[str, Any]]) -> int:
         return insert_many_ignore(session, Run, rows)
@@ -419,14 +570,48 @@ class Materializer:
             )
 
 
+@dataclass
+class _Work:
+    """One definition's share of a pass (see :meth:`Materializer._work`)."""
+
+    definition_id: int
+    rows: list[dict[str, Any]]
+    decisions: list[Decision]
+    cancel_active: bool
+    move: dict[str, Any]
+
+
+def _sync_candidates() -> Any:
+    """Published definitions with their scheduler state's compiled version (or None)."""
+    return (
+        sa.select(
+            ReportDefinition.id,
+            ReportDefinition.tenant_id,
+            ReportDefinition.latest_version,
+            ScheduleState.schedule_version,
+        )
+        .outerjoin(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)
+        .where(ReportDefinition.latest_version > 0)
+    )
+
+
+def _usable(plan: _Plan | None) -> _Plan:
+    """``plan``, or :class:`PoisonDefinition` saying why it cannot be used."""
+    if plan is None:
+        raise PoisonDefinition("its version could not be loaded")
+    if plan.error is not None:
+        raise PoisonDefinition(f"its version cannot be compiled: {plan.error}")
+    return plan
+
+
 def _next(plan: _Plan, watermark: datetime) -> datetime | None:
     return plan.compiled.next_fire_after(watermark) if plan.compiled else None
 
 
-def _due(plan: _Plan, watermark: datetime, now: datetime) -> list[Slot]:
+def _due(plan: _Plan, watermark: datetime, now: datetime, limit: int | None = None) -> list[Slot]:
     if plan.compiled is None:
         return []
-    return list(plan.compiled.slots(watermark + _EPSILON, now + _EPSILON))
+    return list(islice(plan.compiled.slots(watermark + _EPSILON, now + _EPSILON), limit))
 
 
 def _rows(

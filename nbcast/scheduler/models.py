@@ -17,7 +17,8 @@ class ScheduleState(Base):
 
     ``watermark`` is the fire time of the last materialized slot (or, before the
     first slot, the instant materialization starts from). ``next_fire_at`` is the
-    first fire time after it, so finding due work is one indexed range scan.
+    first fire time after it, so finding due work is one indexed range scan — or,
+    after a failure, when to try again.
     ``schedule_version`` is the version whose schedule is compiled; a newer version
     takes effect after the watermark.
     """
@@ -36,6 +37,12 @@ class ScheduleState(Base):
     paused_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_by: Mapped[str] = mapped_column(sa.String(128), default="")
+    error: Mapped[str | None] = mapped_column(sa.Text, default=None)
+    """Why the last attempt to materialize this definition failed (None: it did not).
+    The definition is retried at ``next_fire_at``, with backoff; the others go on."""
+    failures: Mapped[int] = mapped_column(default=0, server_default="0")
+    """Failures in a row (the backoff's exponent); 0 after a success."""
+    failed_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class SchedulerReplica(Base):

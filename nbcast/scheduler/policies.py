@@ -91,9 +91,19 @@ class Decisions:
 
 
 def decide(
-    slots: Sequence[Slot], now: datetime, schedule: ScheduleSpec, active: ActiveRuns
+    slots: Sequence[Slot],
+    now: datetime,
+    schedule: ScheduleSpec,
+    active: ActiveRuns,
+    *,
+    more_due: bool = False,
 ) -> Decisions:
-    """Decide every due slot in ``slots`` (in fire order) as the module docstring says."""
+    """Decide every due slot in ``slots`` (in fire order) as the module docstring says.
+
+    ``more_due`` says that later slots are due too but are decided in a later chunk
+    (a pass is bounded): then no slot here is the newest due one, so ``run_latest``
+    supersedes every missed slot of this chunk.
+    """
     decisions: dict[int, Decision] = {}
     runnable = [i for i, s in enumerate(slots) if s.status is SlotStatus.scheduled]
     for i, slot in enumerate(slots):
@@ -101,7 +111,7 @@ def decide(
             decisions[i] = Decision(slot, RunState.SKIPPED, slot.reason or Reason.dst_gap)
 
     candidates: list[int] = []
-    latest = runnable[-1] if runnable else None
+    latest = runnable[-1] if runnable and not more_due else None
     caught_up = 0
     for i in runnable:
         slot = slots[i]

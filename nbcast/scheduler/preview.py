@@ -28,8 +28,15 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec, parse_duration
+from nbcast.definitions.spec import (
+    DstFold,
+    DstGap,
+    ScheduleSpec,
+    parse_duration,
+    zone_problem,
+)
 from nbcast.errors import ScheduleError
+from nbcast.limits import MAX_SCHEDULE_DURATION
 from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone
 
 __all__ = ["MAX_PREVIEW_SLOTS", "PreviewRow", "preview", "render_table", "slot_row"]
@@ -77,6 +84,9 @@ def _build_spec(
 ) -> ScheduleSpec:
     if (cron is None) == (every is None):
         raise ScheduleError("preview needs exactly one of a cron expression or an every interval")
+    problem = zone_problem(tz)
+    if problem:
+        raise ScheduleError(f"timezone: {problem}")
     load_zone(tz)
     gap = _policy(DstGap, dst_gap, "dst gap")
     fold = _policy(DstFold, dst_fold, "dst fold")
@@ -86,7 +96,7 @@ def _build_spec(
         interval = every
     else:
         try:
-            interval = parse_duration(str(every))
+            interval = parse_duration(str(every), MAX_SCHEDULE_DURATION)
         except ValueError as exc:
             raise ScheduleError(f"every: {exc}") from None
     if interval < timedelta(minutes=1):

@@ -13,8 +13,9 @@ after the current iteration; nothing is left half-written because every iteratio
 commits or rolls back whole transactions.
 
 With the embedded SQLite database only one scheduler may run: it holds a file lock
-beside the database (:func:`scheduler_lock`), and a second one exits with a clear
-message. On PostgreSQL any number of replicas share the work.
+beside the database *file* (:func:`scheduler_lock`; two homes pointing at one
+database file share it), and a second one exits with a clear message. On
+PostgreSQL any number of replicas share the work.
 """
 
 from __future__ import annotations
@@ -46,16 +47,25 @@ log = logging.getLogger("nbcast.scheduler")
 
 
 @contextlib.contextmanager
-def scheduler_lock(db: Database, home: Path) -> Iterator[None]:
-    """Hold the one-scheduler lock for an embedded database; no-op on PostgreSQL."""
+def scheduler_lock(db: Database) -> Iterator[None]:
+    """Hold the one-scheduler lock for an embedded database; no-op on PostgreSQL.
+
+    The lock is ``<database file>.scheduler.lock``: it belongs to the database, not
+    to the home folder, so two processes with different homes but the same database
+    file cannot both schedule.
+    """
     if db.dialect != "sqlite":
         yield
         return
     from filelock import FileLock, Timeout
 
-    home.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(home / "scheduler.lock"))
-    owner = home / "scheduler.pid"
+    database = db.engine.url.database
+    if not database or database == ":memory:":
+        yield
+        return
+    path = Path(database).resolve()
+    lock = FileLock(str(path.with_name(path.name + ".scheduler.lock")))
+    owner = path.with_name(path.name + ".scheduler.pid")
     try:
         lock.acquire(timeout=0)
     except Timeout:

@@ -179,16 +179,26 @@ def _scheduler(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def test_sqlite_allows_one_scheduler_and_sigterm_stops_it(nbcast_home: Path) -> None:
+@pytest.mark.parametrize("second_home", ["same", "other"], ids=["same_home", "other_home"])
+def test_sqlite_allows_one_scheduler_and_sigterm_stops_it(
+    nbcast_home: Path, tmp_path: Path, second_home: str
+) -> None:
+    """The lock belongs to the database file: a second scheduler is refused even from
+    another home folder pointed at the same database."""
     env = {**os.environ, "NBCAST_HOME": str(nbcast_home)}
+    env.pop("NBCAST_DATABASE_URL", None)
     first = _scheduler(env)
+    other = dict(env)
+    if second_home == "other":
+        other["NBCAST_HOME"] = str(tmp_path / "another-home")
+        other["NBCAST_DATABASE_URL"] = f"sqlite:///{nbcast_home / 'nbcast.db'}"
     try:
         deadline = time.time() + 30
-        while not (nbcast_home / "scheduler.pid").exists() and time.time() < deadline:
+        while not (nbcast_home / "nbcast.db.scheduler.pid").exists() and time.time() < deadline:
             time.sleep(0.1)
         second = subprocess.run(
             [sys.executable, "-m", "nbcast", "scheduler", "run"],
-            env=env,
+            env=other,
             capture_output=True,
             text=True,
             timeout=60,
