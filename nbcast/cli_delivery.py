@@ -212,13 +212,23 @@ def unsubscribe(
     now = app.clock.now()
     with app.db.session() as session:
         if token:
-            named = use_token(session, load_signer(app.settings.home), token, now, source="cli")
+            tenant = get_tenant(session, app.settings.tenant)
+            named = use_token(
+                session,
+                load_signer(app.settings.home),
+                token,
+                now,
+                source="cli",
+                tenant_id=tenant.id,
+            )
             click.echo(
                 f"unsubscribed {named['recipient']} from {named['scope']} ({named['channel']})"
             )
             return
         if not recipient:
             raise ConfigError("give --to RECIPIENT or --token TOKEN")
+        if len(recipient) > 512 or "\x00" in recipient or len(report) > 128 or "\x00" in report:
+            raise ConfigError("--to is at most 512 characters and --report 128, without NUL")
         tenant = get_tenant(session, app.settings.tenant)
         record_unsubscribe(
             session,

@@ -118,8 +118,26 @@ def cancel(app: AppContext, run_id: int) -> None:
 
 
 @cli.group()
-def tenants() -> None:
-    """Tenants and their quotas."""
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Act as the operator of the whole installation even though a tenant is named.",
+)
+@pass_app
+def tenants(app: AppContext, operator: bool) -> None:
+    """Tenants and their quotas (operator commands: they act on every tenant).
+
+    Until roles exist these belong to whoever operates the installation: they refuse
+    to run when a tenant is named (--tenant or NBCAST_TENANT), which is how a
+    tenant's user works, unless --operator says the caller is the operator.
+    """
+    from nbcast.errors import ConfigError
+
+    if app.tenant_named and not operator:
+        raise ConfigError(
+            "tenants commands act on every tenant and are for the operator: run them "
+            "without --tenant/NBCAST_TENANT, or add --operator (nbcast tenants --operator …)"
+        )
 
 
 _QUOTA_OPTIONS = [

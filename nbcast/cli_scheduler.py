@@ -132,7 +132,7 @@ def scheduler_run(app: AppContext, name: str | None, max_sleep: float, batch: in
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    with scheduler_lock(app.db, app.settings.home):
+    with scheduler_lock(app.db):
         service = SchedulerService(app.db, app.clock, name=name, batch=batch, max_sleep=max_sleep)
         service.install_signal_handlers()
         service.run()
@@ -147,7 +147,7 @@ def scheduler_tick(app: AppContext, now: datetime | None, as_json: bool) -> None
     from nbcast.scheduler.materializer import Materializer
     from nbcast.scheduler.service import scheduler_lock
 
-    with scheduler_lock(app.db, app.settings.home):
+    with scheduler_lock(app.db):
         result = Materializer(app.db, app.clock, name="tick").tick(now)
     if as_json:
         _emit_json(
@@ -226,10 +226,10 @@ def backfill(app: AppContext, name: str, range_from: datetime, range_to: datetim
 @pass_app
 def run_command(app: AppContext, name: str, parameters: tuple[str, ...], as_json: bool) -> None:
     """Queue a manual run of NAME's latest version."""
-    from nbcast.definitions.parameters import parse_assignment
+    from nbcast.definitions.parameters import parse_assignments
     from nbcast.scheduler.control import run_now
 
-    values = dict(parse_assignment(p) for p in parameters)
+    values = parse_assignments(parameters)
     run_id = run_now(app.db, app.clock, app.settings.tenant, name, values)
     if as_json:
         _emit_json({"id": run_id, "definition": name, "kind": "manual", "state": "QUEUED"})

@@ -41,12 +41,18 @@ def parse_instant(text: str) -> datetime:
     A naive time is refused: an instant without an offset means different things in
     different places, and nbcast stores only UTC.
     """
+    from nbcast.limits import WALL_TIME_MAX, WALL_TIME_MIN, clip, instant_in_range
+
     try:
         value = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise ConfigError(f"{text!r} is not an ISO 8601 instant") from exc
+    except ValueError:
+        raise ConfigError(f"{clip(text)} is not an ISO 8601 instant") from None
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigError(f"{text!r} has no UTC offset (add 'Z' or '+HH:MM')")
+        raise ConfigError(f"{clip(text)} has no UTC offset (add 'Z' or '+HH:MM')")
+    if not instant_in_range(value):
+        raise ConfigError(
+            f"{clip(text)} is outside {WALL_TIME_MIN:%Y-%m-%d} .. {WALL_TIME_MAX:%Y-%m-%d} UTC"
+        )
     return value.astimezone(UTC)
 
 
@@ -195,5 +201,7 @@ def clock_from_env(environ: dict[str, str] | None = None) -> Clock:
             epoch = float(env["NBCAST_CLOCK_EPOCH"]) if "NBCAST_CLOCK_EPOCH" in env else None
         except ValueError as exc:
             raise ConfigError(f"NBCAST_CLOCK: bad number in {spec!r}") from exc
+        if not 0 < speed <= 1e9 or (epoch is not None and not 0 <= epoch < 1e11):
+            raise ConfigError(f"NBCAST_CLOCK: factor or epoch out of range in {spec[:80]!r}")
         return AcceleratedClock(parse_instant(instant), speed, epoch)
-    raise ConfigError(f"NBCAST_CLOCK: unknown clock {kind!r} (system, fixed, accelerated)")
+    raise ConfigError(f"NBCAST_CLOCK: unknown clock {kind[:40]!r} (system, fixed, accelerated)")

@@ -13,20 +13,32 @@ variable                    meaning
 ``NBCAST_TENANT``           the tenant commands act for (default ``default``)
 ``NBCAST_USER``             the author recorded on publish (default: login name)
 ==========================  =====================================================
+
+The home folder holds live signing keys, executed reports and the embedded
+database, so it is private: :func:`prepare_home` creates it ``0700`` and tightens an
+existing one that others can read (with a warning), and the ``nbcast`` command runs
+with umask ``077``, so every file it (or a kernel it starts) creates there is ``0600``.
 """
 
 from __future__ import annotations
 
 import getpass
+import logging
 import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbcast.errors import ConfigError
+from nbcast.errors import ConfigError, StorageError
+from nbcast.limits import clip
 
-__all__ = ["DEFAULT_TENANT", "Settings", "load_settings"]
+__all__ = ["DEFAULT_TENANT", "Settings", "load_settings", "mask_url", "prepare_home"]
 
 DEFAULT_TENANT = "default"
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", re.ASCII)
+_USER_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,21 +68,82 @@ def _login_name() -> str:
         return "nbcast"
 
 
+def mask_url(url: str) -> str:
+    """``url`` with the password of any ``user:password@`` replaced by ``***``, for
+    messages — without parsing it, so it works on URLs that do not parse."""
+    return clip(re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url), 200)[1:-1]
+
+
+def check_database_url(url: str) -> str:
+    """``url`` if nbcast can use it as its database URL, else :class:`ConfigError`."""
+    import sqlalchemy as sa
+
+    if not url.startswith(("sqlite", "postgresql")):
+        raise ConfigError(
+            f"NBCAST_DATABASE_URL: {clip(url.split(':', 1)[0])} is not supported "
+            "(sqlite:///… or postgresql+psycopg://…)"
+        )
+    try:
+        parsed = sa.engine.make_url(url)
+        port = parsed.port
+    except Exception:  # make_url raises ValueError, ArgumentError, …
+        raise ConfigError(f"NBCAST_DATABASE_URL: {mask_url(url)} is not a valid URL") from None
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(f"NBCAST_DATABASE_URL: port {port} is not between 1 and 65535")
+    if "\x00" in url:
+        raise ConfigError("NBCAST_DATABASE_URL: contains a NUL character")
+    return url
+
+
+def check_tenant_name(name: str) -> str:
+    """``name`` if it is a valid tenant name, else :class:`ConfigError`."""
+    if not TENANT_NAME.fullmatch(name):
+        raise ConfigError(f"tenant name {clip(name)} must match {TENANT_NAME.pattern}")
+    return name
+
+
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     """Read :class:`Settings` from the environment (see the module docstring)."""
     env = os.environ if environ is None else environ
     home = Path(env.get("NBCAST_HOME") or Path.home() / ".nbcast").expanduser()
+    if "\x00" in str(home):
+        raise ConfigError("NBCAST_HOME: contains a NUL character")
     url = env.get("NBCAST_DATABASE_URL", "").strip()
     if not url:
         url = f"sqlite:///{(home / 'nbcast.db').as_posix()}"
-    elif not url.startswith(("sqlite", "postgresql")):
-        raise ConfigError(
-            f"NBCAST_DATABASE_URL: {url.split(':', 1)[0]!r} is not supported "
-            "(sqlite:///… or postgresql+psycopg://…)"
-        )
-    return Settings(
-        home=home,
-        database_url=url,
-        tenant=env.get("NBCAST_TENANT") or DEFAULT_TENANT,
-        user=env.get("NBCAST_USER") or _login_name(),
-    )
+    check_database_url(url)
+    tenant = check_tenant_name(env.get("NBCAST_TENANT") or DEFAULT_TENANT)
+    user = env.get("NBCAST_USER") or _login_name()
+    if not _USER_NAME.fullmatch(user):
+        raise ConfigError(f"NBCAST_USER: {clip(user)} must be 1-128 printable characters")
+    return Settings(home=home, database_url=url, tenant=tenant, user=user)
+
+
+def prepare_home(home: Path) -> Path:
+    """Create ``home`` private (``0700``), or make an existing one private.
+
+    An existing home that group or others may read is tightened to ``0700``, and the
+    embedded database files in it to ``0600``, with a warning: they hold live
+    signing keys and link tokens. Raises :class:`StorageError` if ``home`` cannot be
+    created.
+    """
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(home.stat().st_mode)
+    except OSError as exc:
+        raise StorageError(f"cannot create the nbcast home {home}: {exc.strerror}") from None
+    if mode & 0o077:
+        try:
+            home.chmod(0o700)
+        except OSError as exc:
+            log.warning("nbcast home %s is mode %o and cannot be made private: %s", home, mode, exc)
+            return home
+        log.warning("nbcast home %s was mode %o; made it private (0700)", home, mode)
+    for name in ("nbcast.db", "nbcast.db-wal", "nbcast.db-shm", "signing-keys.json"):
+        path = home / name
+        try:
+            if path.exists() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+                path.chmod(0o600)
+        except OSError:
+            continue
+    return home

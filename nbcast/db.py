@@ -15,6 +15,16 @@ does the same explicitly.
 
 All instants are stored as UTC. :class:`UTCDateTime` refuses naive datetimes on the
 way in and returns aware ones on the way out, on both back ends.
+
+**What nbcast will not touch.** :meth:`Database.open` refuses, with a one-line
+:class:`~nbcast.errors.StorageError` and without writing anything, a database file
+that exists but is not nbcast's: an empty (0-byte) file (SQLite would silently make
+it a new database), a file that is not SQLite, a database with tables but no
+nbcast schema version, and one migrated by a newer nbcast. Every failure to reach,
+read or write the database (a read-only folder, an unreachable server, a corrupt
+file, a full disk) is a ``StorageError`` naming the database with its password
+hidden, never a driver traceback. The embedded database's files are created
+``0600``.
 """
 
 from __future__ import annotations
@@ -142,14 +152,49 @@ class Database:
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True, **engine_kwargs: Any) -> Database:
-        """Connect to ``url`` and, unless ``upgrade`` is false, migrate it to head."""
-        db = cls(url, **engine_kwargs)
+        """Connect to ``url`` and, unless ``upgrade`` is false, migrate it to head.
+
+        Refuses a database that is not nbcast's (module docstring).
+        """
+        path = _sqlite_path(url)
+        if path is not None:
+            _check_sqlite_file(path)
         try:
-            if upgrade and db.current_revision() != db.head_revision():
+            db = cls(url, **engine_kwargs)
+        except OSError as exc:
+            raise StorageError(f"cannot open database {_safe(url)}: {exc.strerror}") from None
+        try:
+            current = db.current_revision()
+            db._check_ours(current)
+            if upgrade and current != db.head_revision():
                 db.upgrade()
-        except sa.exc.OperationalError as exc:
-            raise StorageError(f"cannot open database {db.safe_url}: {exc.orig}") from exc
+        except StorageError:
+            db.dispose()
+            raise
+        except (sa.exc.DBAPIError, OSError) as exc:
+            db.dispose()
+            raise StorageError(f"cannot open database {db.safe_url}: {_reason(exc)}") from None
+        if path is not None:
+            _private(path)
         return db
+
+    def _check_ours(self, current: str | None) -> None:
+        """Refuse a database with a foreign schema or a newer nbcast's."""
+        if current is None:
+            with self.engine.connect() as conn:
+                tables = sa.inspect(conn).get_table_names()
+            if tables:
+                raise StorageError(
+                    f"database {self.safe_url} holds tables ({', '.join(sorted(tables)[:3])}…) "
+                    "but no nbcast schema; nbcast will not touch a database that is not its own"
+                )
+            return
+        known = {p.name.split("_", 1)[0] for p in (MIGRATIONS_DIR / "versions").glob("[0-9]*_*.py")}
+        if current not in known:
+            raise StorageError(
+                f"database {self.safe_url} is at schema {current[:32]!r}, which this nbcast "
+                f"does not know (newest {self.head_revision()}); upgrade nbcast"
+            )
 
     @property
     def dialect(self) -> str:
@@ -203,9 +248,12 @@ class Database:
         from alembic import command
 
         config = self._alembic_config()
-        with self._migration_lock(), self.engine.begin() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
+        try:
+            with self._migration_lock(), self.engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise StorageError(f"cannot migrate database {self.safe_url}: {_reason(exc)}") from None
 
     @contextlib.contextmanager
     def _migration_lock(self) -> Iterator[None]:
@@ -229,6 +277,60 @@ class Database:
             return
         with FileLock(f"{path}.migrate.lock"):
             yield
+
+
+def _safe(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparsable URL)"
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a database operation failed (the driver's message)."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else getattr(exc, "strerror", None) or exc)
+    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return line[:300]
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if not url.startswith("sqlite"):
+        return None
+    database = sa.engine.make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse an existing file at ``path`` that is not an SQLite database."""
+    try:
+        if not path.exists():
+            return
+        if not path.is_file():
+            raise StorageError(f"database {path} exists and is not a file")
+        with path.open("rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise StorageError(f"cannot read database {path}: {exc.strerror}") from None
+    if not header:
+        raise StorageError(
+            f"database {path} exists but is empty (0 bytes): it is not an nbcast database; "
+            "nbcast will not overwrite it (move it away to start afresh)"
+        )
+    if header != _SQLITE_HEADER:
+        raise StorageError(f"database {path} is not an SQLite database (file is not a database)")
+
+
+def _private(path: Path) -> None:
+    """The embedded database's files are the home's secrets: ``0600``."""
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+        with contextlib.suppress(OSError):
+            (path.parent / name).chmod(0o600)
 
 
 def _table(model: type[Base] | sa.Table) -> sa.Table:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nbcast.errors import NotebookError
+from nbcast.limits import MAX_NOTEBOOK_DEPTH, MAX_NOTEBOOK_FILE_BYTES, clip, too_deep
 
 __all__ = [
     "LoadedNotebook",
@@ -32,6 +33,9 @@ __all__ = [
 
 _VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "papermill")
 _VOLATILE_NOTEBOOK_METADATA = ("widgets", "papermill", "language_info")
+RUN_RECORD_KEYS = ("ended_early",)
+"""Keys an execution adds to the ``nbcast`` block of an *executed* notebook: a
+published copy of one is a definition again, so they are dropped, not refused."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,14 @@ def _source(cell: dict[str, Any]) -> str:
 def normalize_notebook(notebook: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``notebook`` without outputs, counts or volatile metadata (see module)."""
     nb = copy.deepcopy(notebook)
-    nb["nbformat"], nb["nbformat_minor"] = 4, max(int(nb.get("nbformat_minor", 5)), 5)
+    nb["nbformat"], nb["nbformat_minor"] = 4, max(_minor(nb.get("nbformat_minor", 5)), 5)
     metadata = nb.setdefault("metadata", {})
     for key in _VOLATILE_NOTEBOOK_METADATA:
         metadata.pop(key, None)
+    block = metadata.get("nbcast")
+    if isinstance(block, dict):
+        for key in RUN_RECORD_KEYS:
+            block.pop(key, None)
     for index, cell in enumerate(nb.get("cells", [])):
         cell["source"] = _source(cell)
         if not cell.get("id"):
@@ -79,6 +87,13 @@ def normalize_notebook(notebook: dict[str, Any]) -> dict[str, Any]:
             cell["outputs"] = []
             cell["execution_count"] = None
     return nb
+
+
+def _minor(value: Any) -> int:
+    """``nbformat_minor``: an integer 0..99 (nbformat 4 has reached 5)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 99:
+        raise NotebookError(f"nbformat_minor {clip(value)} is not an integer between 0 and 99")
+    return value
 
 
 def parameters_cell(notebook: dict[str, Any]) -> tuple[int, str] | None:
@@ -110,31 +125,44 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
 
     file = Path(path)
     try:
+        size = file.stat().st_size
+        if size > MAX_NOTEBOOK_FILE_BYTES:
+            raise NotebookError(
+                f"{file}: {size:,} bytes is over the {MAX_NOTEBOOK_FILE_BYTES:,}-byte limit "
+                "of a notebook file"
+            )
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise NotebookError(f"{file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotebookError(f"{file}: cannot read: {exc}") from None
+        raise NotebookError(f"{clip(str(file), 200)[1:-1]}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise NotebookError(
+            f"{clip(str(file), 200)[1:-1]}: cannot read: {clip(str(exc), 200)[1:-1]}"
+        ) from None
     try:
         raw = json.loads(text)
+    except RecursionError:
+        raise NotebookError(f"{file}: JSON nested too deeply") from None
     except ValueError as exc:
-        raise NotebookError(f"{file}: not JSON ({exc})") from None
+        raise NotebookError(f"{file}: not JSON ({clip(str(exc), 200)[1:-1]})") from None
     if not isinstance(raw, dict) or "cells" not in raw or "nbformat" not in raw:
         raise NotebookError(f"{file}: not a Jupyter notebook (no 'cells'/'nbformat')")
+    if too_deep(raw, MAX_NOTEBOOK_DEPTH):
+        raise NotebookError(f"{file}: JSON nested more than {MAX_NOTEBOOK_DEPTH} levels deep")
     if raw.get("nbformat") != 4:
         raise NotebookError(
-            f"{file}: nbformat {raw.get('nbformat')} is not supported; save it as nbformat 4 "
-            "(jupyter nbconvert --to notebook)"
+            f"{file}: nbformat {clip(raw.get('nbformat'))} is not supported; save it as "
+            "nbformat 4 (jupyter nbconvert --to notebook)"
         )
+    minor = _minor(raw.get("nbformat_minor", 0))
     try:
-        nbformat.validate(
-            copy.deepcopy(raw), version=4, version_minor=int(raw.get("nbformat_minor", 0))
-        )
+        nbformat.validate(copy.deepcopy(raw), version=4, version_minor=minor)
     except Exception as exc:  # nbformat raises several unrelated types
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotebookError(f"{file}: not a valid notebook: {message}") from None
+        raise NotebookError(f"{file}: not a valid notebook: {clip(message, 200)[1:-1]}") from None
     notebook: dict[str, Any] = raw
     block, source = notebook.get("metadata", {}).get("nbcast"), "metadata"
+    if isinstance(block, dict) and any(key in block for key in RUN_RECORD_KEYS):
+        block = {k: v for k, v in block.items() if k not in RUN_RECORD_KEYS}
     side = file.with_name(file.stem + ".nbcast.toml")
     if side.exists():
         if block is not None:
@@ -143,7 +171,26 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
                 "block; keep one"
             )
         try:
-            block, source = tomllib.loads(side.read_text(encoding="utf-8")), side.name
+            block, source = _plain_toml(tomllib.loads(side.read_text(encoding="utf-8"))), side.name
         except tomllib.TOMLDecodeError as exc:
-            raise NotebookError(f"{side}: not valid TOML ({exc})") from None
+            raise NotebookError(f"{side}: not valid TOML ({clip(str(exc), 200)[1:-1]})") from None
+        except (OSError, UnicodeDecodeError, RecursionError) as exc:
+            raise NotebookError(f"{side}: cannot read: {type(exc).__name__}") from None
     return LoadedNotebook(file, notebook, block, source if block is not None else "none")
+
+
+def _plain_toml(value: Any) -> Any:
+    """A TOML document as JSON values: TOML's native dates and times become ISO
+    strings (``start = 2026-11-02T07:00:00`` means what ``"2026-11-02T07:00:00"``
+    means; an offset date-time keeps its offset, which the block then refuses for a
+    wall time), so the block reads the same from TOML as from notebook metadata and
+    is stored as JSON."""
+    import datetime as dt
+
+    if isinstance(value, dict):
+        return {key: _plain_toml(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_toml(item) for item in value]
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    return value

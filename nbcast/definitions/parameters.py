@@ -5,12 +5,17 @@ Each statement there must assign one literal default to one name::
 
     region = "EMEA"          # sales region
     top_n: int = 10
+    ratio: float = 1         # annotated: a float parameter, whose default is 1
     thresholds = {"warn": 0.1, "fail": 0.25}
 
 Allowed defaults: ``str``, ``int``, ``float``, ``bool``, ``None``, and lists and
 dicts (string keys) of those. Anything else — a call, an import, a name, arithmetic,
-unpacking — is refused with the line it is on. A trailing comment becomes the
-parameter's help text.
+unpacking — is refused with the line it is on. An annotation, when present, must be
+one of the bare names ``int``, ``float``, ``str``, ``bool``, ``list`` or ``dict``
+(Python evaluates a module-level annotation when the cell runs, so anything more
+would be code); it sets the parameter's type, and the default must fit it (or be
+``None``). A trailing comment becomes the parameter's help text — for a default
+written over several lines, the comment on its last line, as papermill reads it.
 
 Values are validated before any run is queued (:func:`validate_parameters`): only
 declared names, names matching ``^[A-Za-z_][A-Za-z0-9_]*$``, and JSON values
@@ -32,17 +37,27 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nbcast.errors import ParametersCellError, ParameterValueError
+from nbcast.limits import MAX_PARAMETERS, clip, json_problem
 
 __all__ = [
     "Parameter",
     "parse_assignment",
+    "parse_assignments",
     "parse_parameters_cell",
     "schema_from_json",
     "schema_to_json",
     "validate_parameters",
 ]
 
-NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+_ANNOTATIONS = {
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "bool": "bool",
+    "list": "list",
+    "dict": "dict",
+}
 _TYPE_NAMES = {
     bool: "bool",
     int: "int",
@@ -93,16 +108,20 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise ParametersCellError(f"syntax error: {exc.msg}", exc.lineno) from None
+        raise ParametersCellError(f"syntax error: {clip(exc.msg)}", exc.lineno) from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ParametersCellError("the cell is nested too deeply or too large to read") from None
     lines = source.splitlines()
     comments = _comments(source)
     params: dict[str, Parameter] = {}
     for node in tree.body:
-        text = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+        text = clip(lines[node.lineno - 1].strip() if node.lineno <= len(lines) else "", 60)[1:-1]
+        annotation: str | None = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value_node = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value_node = node.target, node.value
+            annotation = _annotation(node.annotation, text, node.lineno)
         else:
             raise ParametersCellError(
                 f"`{text}` is not an assignment of a literal default", node.lineno
@@ -111,7 +130,7 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
             raise ParametersCellError(f"`{text}` must assign to a single name", node.lineno)
         try:
             value = ast.literal_eval(value_node)
-        except (ValueError, SyntaxError, TypeError):
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
             value = _NOT_LITERAL
         if value is _NOT_LITERAL or not _is_json_literal(value):
             raise ParametersCellError(
@@ -120,16 +139,41 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
                 node.lineno,
             )
         name = target.id
+        if not NAME_PATTERN.fullmatch(name):
+            raise ParametersCellError(f"`{clip(name)}` is not a parameter name", node.lineno)
         if name in params:
             raise ParametersCellError(f"`{name}` is assigned twice", node.lineno)
+        problem = json_problem(value, name)
+        if problem:
+            raise ParametersCellError(problem, node.lineno)
+        kind = _TYPE_NAMES[type(value)]
+        if annotation is not None and value is not None:
+            if not _compatible(annotation, value):
+                raise ParametersCellError(
+                    f"`{name}` is annotated {annotation} but its default is {kind}", node.lineno
+                )
+            kind = annotation
+        if len(params) >= MAX_PARAMETERS:
+            raise ParametersCellError(f"more than {MAX_PARAMETERS} parameters", node.lineno)
+        end = node.end_lineno or node.lineno
         params[name] = Parameter(
             name=name,
-            type=_TYPE_NAMES[type(value)],
+            type=kind,
             default=value,
-            help=comments.get(node.lineno, ""),
+            help=comments.get(end) or comments.get(node.lineno, ""),
             line=node.lineno,
         )
     return tuple(params.values())
+
+
+def _annotation(node: ast.expr, text: str, line: int) -> str:
+    """The type an annotation names; anything but a bare allowed name is refused."""
+    if isinstance(node, ast.Name) and node.id in _ANNOTATIONS:
+        return _ANNOTATIONS[node.id]
+    allowed = ", ".join(_ANNOTATIONS)
+    raise ParametersCellError(
+        f"`{text}`: an annotation must be one of the bare names {allowed}", line
+    )
 
 
 _NOT_LITERAL = object()
@@ -160,24 +204,29 @@ def validate_parameters(schema: Iterable[Parameter], values: Mapping[str, Any]) 
     """
     declared = {p.name: p for p in schema}
     problems: list[str] = []
+    if len(values) > MAX_PARAMETERS:
+        raise ParameterValueError((f"more than {MAX_PARAMETERS} parameter values",))
     for name, value in values.items():
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            problems.append(f"{name!r} is not a valid parameter name")
+            problems.append(f"{clip(name)} is not a valid parameter name")
             continue
         param = declared.get(name)
         if param is None:
-            known = ", ".join(declared) or "none"
+            known = clip(", ".join(declared) or "none", 200)[1:-1]
             problems.append(f"{name!r} is not declared in the parameters cell (declared: {known})")
             continue
-        if not _is_json_literal(value):
+        problem = json_problem(value, name)
+        if problem:
+            problems.append(problem)
+        elif not _is_json_literal(value):
             problems.append(f"{name}: {type(value).__name__} is not a JSON value")
         elif not _compatible(param.type, value):
             problems.append(
-                f"{name}: expected {param.type} like the default {param.default!r}, "
-                f"got {type(value).__name__} {value!r}"
+                f"{name}: expected {param.type} like the default {clip(param.default)}, "
+                f"got {type(value).__name__} {clip(value)}"
             )
     if problems:
-        raise ParameterValueError(tuple(problems))
+        raise ParameterValueError(tuple(problems[:20]))
     return dict(values)
 
 
@@ -185,12 +234,26 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     """Parse a command-line ``key=value``: the value as JSON if it parses, else a string."""
     name, sep, raw = text.partition("=")
     if not sep:
-        raise ParameterValueError((f"{text!r} is not key=value",))
+        raise ParameterValueError((f"{clip(text)} is not key=value",))
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise ParameterValueError((f"{name.strip()}: nested too deeply",)) from None
     except ValueError:
         value = raw
     return name.strip(), value
+
+
+def parse_assignments(texts: Iterable[str]) -> dict[str, Any]:
+    """Several ``key=value`` (``-p`` options); a name given twice is refused, since
+    silently keeping one of them would run something the user did not ask for."""
+    values: dict[str, Any] = {}
+    for text in texts:
+        name, value = parse_assignment(text)
+        if name in values:
+            raise ParameterValueError((f"{clip(name)} is given twice",))
+        values[name] = value
+    return values
 
 
 def schema_to_json(schema: Iterable[Parameter]) -> list[dict[str, Any]]:

@@ -20,6 +20,18 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from nbcast.errors import MetadataError, ParameterValueError, ScheduleError
+from nbcast.limits import (
+    MAX_CATCHUP,
+    MAX_DESCRIPTION_CHARS,
+    MAX_DURATION,
+    MAX_JITTER,
+    MAX_SCHEDULE_DURATION,
+    MAX_SUBSCRIPTIONS,
+    WALL_TIME_MAX,
+    WALL_TIME_MIN,
+    clip,
+    json_problem,
+)
 
 __all__ = [
     "DstFold",
@@ -106,19 +118,37 @@ class OutputFormat(StrEnum):
 
 CHANNELS = ("email", "slack", "link", "webhook")
 CONDITIONS = ("results", "changed")
-_DURATION = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# ASCII digits only (``\d`` would take "١m"), at most 12 of them per unit.
+_DURATION = re.compile(
+    r"(?:([0-9]{1,12})w)?(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m)?"
+    r"(?:([0-9]{1,12})s)?",
+    re.ASCII,
+)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+_UNIT_SECONDS = (604_800, 86_400, 3_600, 60, 1)
 
 
-def parse_duration(text: str) -> timedelta:
-    """Parse ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` into a timedelta."""
+def parse_duration(text: str, maximum: timedelta = MAX_DURATION) -> timedelta:
+    """Parse ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` into a timedelta.
+
+    ValueError (one line, the input clipped) for anything else, or for a duration
+    longer than ``maximum`` (default :data:`nbcast.limits.MAX_DURATION`).
+    """
     if isinstance(text, str) and text.strip() == "0":
         return timedelta(0)
     match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
     if not match or not any(match.groups()):
-        raise ValueError(f"{text!r} is not a duration like '90s', '10m', '1h30m', '2d'")
-    w, d, h, m, s = (int(g) if g else 0 for g in match.groups())
-    return timedelta(weeks=w, days=d, hours=h, minutes=m, seconds=s)
+        raise ValueError(f"{clip(text)} is not a duration like '90s', '10m', '1h30m', '2d'")
+    seconds = sum(int(g) * unit for g, unit in zip(match.groups(), _UNIT_SECONDS, strict=True) if g)
+    if seconds > maximum.total_seconds():
+        raise ValueError(f"{clip(text)} is longer than the limit of {_describe(maximum)}")
+    return timedelta(seconds=seconds)
+
+
+def _describe(duration: timedelta) -> str:
+    if duration.days and not duration.seconds:
+        return f"{duration.days} days" if duration.days != 1 else "1 day"
+    return str(duration)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,13 +214,13 @@ def _enum(enum: type[StrEnum], value: Any, path: str) -> Any:
         return enum(value)
     except ValueError:
         choices = "|".join(m.value for m in enum)
-        raise MetadataError(path, f"{value!r} is not one of {choices}") from None
+        raise MetadataError(path, f"{clip(value)} is not one of {choices}") from None
 
 
-def _duration(value: Any, path: str) -> timedelta:
+def _duration(value: Any, path: str, maximum: timedelta = MAX_SCHEDULE_DURATION) -> timedelta:
     _require(value, str, path, "a duration string")
     try:
-        return parse_duration(value)
+        return parse_duration(value, maximum)
     except ValueError as exc:
         raise MetadataError(path, str(exc)) from None
 
@@ -200,31 +230,94 @@ def _wall_time(value: Any, path: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise MetadataError(path, f"{value!r} is not an ISO date-time") from None
+        raise MetadataError(path, f"{clip(value)} is not an ISO date-time") from None
     if parsed.tzinfo is not None:
         raise MetadataError(path, "is a local wall time in schedule.timezone; drop the offset")
+    if not WALL_TIME_MIN <= parsed <= WALL_TIME_MAX:
+        raise MetadataError(
+            path,
+            f"{clip(value)} is outside {WALL_TIME_MIN:%Y-%m-%d} .. {WALL_TIME_MAX:%Y-%m-%d}",
+        )
     return parsed
 
 
 def _zone(value: Any, path: str) -> str:
     _require(value, str, path, "an IANA time zone name")
-    if value not in _zone_names():
-        raise MetadataError(path, f"{value!r} is not an IANA time zone")
-    try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise MetadataError(path, f"{value!r} is not an IANA time zone") from None
+    problem = zone_problem(value)
+    if problem:
+        raise MetadataError(path, problem)
     return str(value)
+
+
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is not accepted as a time zone, or None.
+
+    Accepted: the canonical IANA location zones (``zone1970.tab`` and ``zone.tab`` of
+    the tzdata shipped with nbcast), ``UTC`` and the fixed ``Etc/`` zones. Refused,
+    with a hint: legacy aliases (``US/Eastern``, ``EST5EDT``) and ``localtime``, whose
+    meaning depends on the machine — a schedule must mean the same wherever it runs.
+    """
+    if name in canonical_zones():
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            return f"{clip(name)} is not an IANA time zone"
+        return None
+    if name == "localtime":
+        return "'localtime' means this machine's zone; name the zone (e.g. 'Europe/Berlin')"
+    if name in available_timezones():
+        hint = _canonical_twin(name)
+        use = f"; use {hint!r}" if hint else ""
+        return f"{clip(name)} is not a canonical IANA location zone{use}"
+    return f"{clip(name)} is not an IANA time zone"
 
 
 _ZONES: frozenset[str] | None = None
 
 
-def _zone_names() -> frozenset[str]:
+def canonical_zones() -> frozenset[str]:
+    """The zone names :func:`zone_problem` accepts."""
     global _ZONES
     if _ZONES is None:
-        _ZONES = frozenset(available_timezones()) | {"UTC"}
+        from importlib.resources import files
+
+        names = {"UTC", "Etc/UTC", "Etc/GMT"}
+        names |= {f"Etc/GMT{sign}{n}" for sign in "+-" for n in range(1, 15)}
+        folder = files("tzdata").joinpath("zoneinfo")
+        for table in ("zone1970.tab", "zone.tab"):
+            for line in folder.joinpath(table).read_text(encoding="utf-8").splitlines():
+                if line and not line.startswith("#"):
+                    names.add(line.split("\t")[2])
+        _ZONES = frozenset(names)
     return _ZONES
+
+
+def _canonical_twin(name: str) -> str | None:
+    """The canonical zone that keeps the same UTC offsets as ``name`` (sampled four
+    times a year from 1970 to 2040), for the hint; None if none does."""
+    from datetime import UTC
+
+    samples = [
+        datetime(year, month, 15, 12, tzinfo=UTC)
+        for year in range(1970, 2041)
+        for month in (1, 4, 7, 10)
+    ]
+
+    def offsets(zone: str) -> list[Any]:
+        info = ZoneInfo(zone)
+        return [instant.astimezone(info).utcoffset() for instant in samples]
+
+    try:
+        wanted = offsets(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    for candidate in sorted(canonical_zones()):
+        try:
+            if offsets(candidate) == wanted:
+                return candidate
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return None
 
 
 def _schedule(block: Any) -> ScheduleSpec:
@@ -261,6 +354,8 @@ def _schedule(block: Any) -> ScheduleSpec:
         kwargs["every"] = _duration(block["every"], "schedule.every")
         if kwargs["every"] < timedelta(minutes=1):
             raise MetadataError("schedule.every", "must be at least 1m")
+        if kwargs["every"] % timedelta(seconds=1):
+            raise MetadataError("schedule.every", "must be whole seconds")
     if "timezone" in block:
         kwargs["timezone"] = _zone(block["timezone"], "schedule.timezone")
     for key in ("start", "end"):
@@ -286,8 +381,10 @@ def _schedule(block: Any) -> ScheduleSpec:
             cap = _require(
                 misfire["max_catchup"], int, "schedule.misfire.max_catchup", "an integer"
             )
-            if cap < 1:
-                raise MetadataError("schedule.misfire.max_catchup", "must be at least 1")
+            if not 1 <= cap <= MAX_CATCHUP:
+                raise MetadataError(
+                    "schedule.misfire.max_catchup", f"must be between 1 and {MAX_CATCHUP:,}"
+                )
             kwargs["max_catchup"] = cap
     if "overlap" in block:
         kwargs["overlap"] = _enum(OverlapPolicy, block["overlap"], "schedule.overlap")
@@ -301,7 +398,7 @@ def _schedule(block: Any) -> ScheduleSpec:
                 StalenessAction, stale["action"], "schedule.staleness.action"
             )
     if "jitter" in block:
-        kwargs["jitter"] = _duration(block["jitter"], "schedule.jitter")
+        kwargs["jitter"] = _duration(block["jitter"], "schedule.jitter", MAX_JITTER)
     return ScheduleSpec(**kwargs)
 
 
@@ -315,6 +412,8 @@ def _formats(value: Any, path: str) -> tuple[OutputFormat, ...]:
 
 def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subscription, ...]:
     _require(value, list, "subscriptions", "a list")
+    if len(value) > MAX_SUBSCRIPTIONS:
+        raise MetadataError("subscriptions", f"more than {MAX_SUBSCRIPTIONS:,} subscriptions")
     result = []
     seen: set[tuple[str, str]] = set()
     for i, item in enumerate(value):
@@ -324,16 +423,24 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
         channel = _require(item.get("channel"), str, f"{path}.channel", "a channel name")
         if channel not in CHANNELS:
             raise MetadataError(
-                f"{path}.channel", f"{channel!r} is not one of " + "|".join(CHANNELS)
+                f"{path}.channel", f"{clip(channel)} is not one of " + "|".join(CHANNELS)
             )
         to = _require(item.get("to"), str, f"{path}.to", "a recipient")
         if not to.strip():
             raise MetadataError(f"{path}.to", "is empty")
+        if len(to) > 512 or to != to.strip():
+            raise MetadataError(f"{path}.to", f"{clip(to)} is not a recipient")
         if channel == "email" and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", to):
-            raise MetadataError(f"{path}.to", f"{to!r} is not an email address")
-        if (channel, to) in seen:
-            raise MetadataError(path, f"{channel} recipient {to!r} is listed twice")
-        seen.add((channel, to))
+            raise MetadataError(f"{path}.to", f"{clip(to)} is not an email address")
+        if channel == "webhook":
+            problem = webhook_url_problem(to)
+            if problem:
+                raise MetadataError(f"{path}.to", problem)
+        # The same person is the same recipient whatever the case of the address.
+        identity = (channel, to.lower() if channel == "email" else to)
+        if identity in seen:
+            raise MetadataError(path, f"{channel} recipient {clip(to)} is listed twice")
+        seen.add(identity)
         formats = _formats(item["formats"], f"{path}.formats") if "formats" in item else outputs
         for fmt in formats:
             if fmt not in outputs:
@@ -341,7 +448,7 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
         only_if = item.get("only_if")
         if only_if is not None and only_if not in CONDITIONS:
             raise MetadataError(
-                f"{path}.only_if", f"{only_if!r} is not one of " + "|".join(CONDITIONS)
+                f"{path}.only_if", f"{clip(only_if)} is not one of " + "|".join(CONDITIONS)
             )
         result.append(Subscription(channel=channel, to=to, formats=formats, only_if=only_if))
     return tuple(result)
@@ -356,6 +463,10 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
     if block is None:
         block = {}
     _require(block, dict, "nbcast", "a mapping")
+    problem = json_problem(block, "nbcast")
+    if problem:
+        field, _, message = problem.partition(": ")
+        raise MetadataError(field.removeprefix("nbcast.") or "nbcast", message)
     _no_unknown(
         block, {"name", "description", "schedule", "parameters", "outputs", "subscriptions"}, ""
     )
@@ -364,6 +475,10 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         kwargs["name"] = check_name(_require(block["name"], str, "name", "a string"))
     if "description" in block:
         kwargs["description"] = _require(block["description"], str, "description", "a string")
+        if len(kwargs["description"]) > MAX_DESCRIPTION_CHARS:
+            raise MetadataError(
+                "description", f"is longer than {MAX_DESCRIPTION_CHARS:,} characters"
+            )
     if "schedule" in block:
         kwargs["schedule"] = _schedule(block["schedule"])
     if "parameters" in block:
@@ -385,6 +500,32 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
 
 def check_name(name: str) -> str:
     """Return ``name`` if it is a valid definition name, else raise MetadataError."""
-    if not _NAME.fullmatch(name):
-        raise MetadataError("name", f"{name!r} must match {_NAME.pattern}")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise MetadataError("name", f"{clip(name)} must match {_NAME.pattern}")
     return name
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a webhook recipient on syntax alone, or None.
+
+    A webhook is an ``https://`` (or, where an administrator allows it, ``http://``)
+    URL with a host and no credentials. Which hosts may be reached is decided when
+    publishing and again, after resolving the name, when sending
+    (:mod:`nbcast.delivery.webhook_policy`).
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"{clip(url)} is not a URL"
+    if parts.scheme not in ("https", "http"):
+        return f"{clip(url)} is not an https:// URL"
+    if not parts.hostname:
+        return f"{clip(url)} has no host"
+    if parts.username is not None or parts.password is not None:
+        return "a webhook URL must not carry credentials"
+    if port == 0:
+        return f"{clip(url)} has port 0"
+    return None

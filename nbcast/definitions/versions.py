@@ -47,9 +47,15 @@ from nbcast.definitions.parameters import (
     schema_to_json,
 )
 from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
-from nbcast.errors import DuplicateDefinitionError, UnknownDefinitionError
+from nbcast.errors import (
+    DuplicateDefinitionError,
+    MetadataError,
+    NotebookError,
+    UnknownDefinitionError,
+)
 from nbcast.governance.models import Tenant, User
 from nbcast.governance.tenants import ensure_user, get_tenant
+from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem
 
 __all__ = [
     "DefinitionInfo",
@@ -112,6 +118,11 @@ class DefinitionInfo:
     created_at: datetime
     updated_at: datetime
     schedule: str
+    paused: bool = False
+    next_fire_at: datetime | None = None
+    schedule_error: str | None = None
+    """Why the scheduler could not materialize it lately (it is retried with backoff)."""
+    failures: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,19 +140,39 @@ def _default_name(path: Path) -> str:
     return stem or "report"
 
 
-def prepare(path: str | Path, name: str | None = None) -> PreparedVersion:
-    """Read, validate and normalize the notebook at ``path``; nothing is written."""
+def prepare(
+    path: str | Path, name: str | None = None, *, max_bytes: int | None = None
+) -> PreparedVersion:
+    """Read, validate and normalize the notebook at ``path``; nothing is written.
+
+    ``max_bytes`` bounds the normalized notebook's canonical JSON (default
+    ``NBCAST_MAX_NOTEBOOK_BYTES``, see :mod:`nbcast.limits`).
+    """
+    from nbcast.limits import notebook_byte_limit
+
+    limit = notebook_byte_limit() if max_bytes is None else max_bytes
     loaded = load_notebook(path)
     cell = parameters_cell(loaded.notebook)
     schema = parse_parameters_cell(cell[1]) if cell else ()
-    block = loaded.block or {}
+    block = {} if loaded.block is None else loaded.block
     spec = parse_spec(block, schema)
+    if name is not None:
+        check_name(name)
     final_name = check_name(name or spec.name or _default_name(loaded.path))
     normalized = normalize_notebook(loaded.notebook)
     if loaded.block_source != "metadata" and loaded.block is not None:
         # A side file's block is folded into the stored notebook, so a version is
         # self-contained and its export runs anywhere.
         normalized["metadata"]["nbcast"] = loaded.block
+    problem = json_problem(normalized, "notebook", max_depth=MAX_NOTEBOOK_DEPTH, max_string=None)
+    if problem:
+        raise NotebookError(f"{loaded.path.name}: {problem}")
+    size = len(canonical_json(normalized).encode("utf-8"))
+    if size > limit:
+        raise NotebookError(
+            f"{loaded.path.name}: {size:,} bytes without outputs is over the limit of "
+            f"{limit:,} (NBCAST_MAX_NOTEBOOK_BYTES)"
+        )
     return PreparedVersion(
         name=final_name,
         source_path=str(loaded.path.resolve()),
@@ -170,6 +201,10 @@ def publish(
     """
     prepared = prepare(path, name)
     now = now or datetime.now(UTC)
+    if "\x00" in message or len(message) > MAX_DESCRIPTION_CHARS:
+        raise MetadataError(
+            "message", f"must be at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL"
+        )
     with db.session() as session:
         owner = get_tenant(session, tenant)
         user = ensure_user(session, owner, author)
@@ -299,12 +334,15 @@ def _schedule_summary(block: dict[str, Any]) -> str:
     return f"{what} ({schedule.get('timezone', 'UTC')})"
 
 
-def list_definitions(db: Database, tenant: str) -> list[DefinitionInfo]:
-    """Every definition of ``tenant``, by name, with its latest version's schedule."""
+def list_definitions(db: Database, tenant: str, *, name: str | None = None) -> list[DefinitionInfo]:
+    """Every definition of ``tenant`` (or the one called ``name``), by name, with its
+    latest version's schedule and the scheduler's state of it."""
+    from nbcast.scheduler.models import ScheduleState  # a read of the scheduler's rows
+
     with db.session() as session:
         owner = get_tenant(session, tenant)
-        rows = session.execute(
-            sa.select(ReportDefinition, DefinitionVersion)
+        query = (
+            sa.select(ReportDefinition, DefinitionVersion, ScheduleState)
             .join(
                 DefinitionVersion,
                 sa.and_(
@@ -312,9 +350,13 @@ def list_definitions(db: Database, tenant: str) -> list[DefinitionInfo]:
                     DefinitionVersion.version == ReportDefinition.latest_version,
                 ),
             )
+            .outerjoin(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)
             .where(ReportDefinition.tenant_id == owner.id)
             .order_by(ReportDefinition.name)
-        ).all()
+        )
+        if name is not None:
+            query = query.where(ReportDefinition.name == name)
+        rows = session.execute(query).all()
         return [
             DefinitionInfo(
                 id=d.id,
@@ -324,6 +366,10 @@ def list_definitions(db: Database, tenant: str) -> list[DefinitionInfo]:
                 created_at=d.created_at,
                 updated_at=v.created_at,
                 schedule=_schedule_summary(v.spec),
+                paused=bool(state and state.paused),
+                next_fire_at=state.next_fire_at if state else None,
+                schedule_error=state.error if state else None,
+                failures=state.failures if state else 0,
             )
-            for d, v in rows
+            for d, v, state in rows
         ]
