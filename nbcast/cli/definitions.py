@@ -1,148 +1,22 @@
-"""The ``nbcast`` command.
-
-Output is for people (rich tables) unless ``--json`` is given, then for programs.
-
-**No traceback reaches a user.** :func:`main` turns every
-:class:`~nbcast.errors.NbcastError`, every usage error, every database error and
-every operating-system error (a full disk, a read-only folder) into one line,
-``error: …``, on stderr and exit status 2. Anything else is a bug: it prints one
-line pointing to a log file that holds the traceback (``$NBCAST_HOME/logs/
-errors.log``) and exits with status 1. Messages are one line, and echo at most a
-few dozen characters of any input (:func:`nbcast.limits.clip`).
-
-The command runs with umask ``077``: the home folder's files are private.
-"""
+"""Report definitions: ``publish``, ``definitions list|show``, ``versions``, ``diff``,
+``export``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from nbcast.config import Settings, load_settings
-from nbcast.errors import NbcastError
+from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.output import emit_json, table, when
 
-__all__ = ["cli", "main"]
-
-
-@dataclass
-class AppContext:
-    """Lazily opened state shared by the commands of one invocation."""
-
-    settings: Settings
-    tenant_named: bool = False
-    """Whether a tenant was named (``--tenant`` or ``NBCAST_TENANT``)."""
-    _db: Any = field(default=None, repr=False)
-    _clock: Any = field(default=None, repr=False)
-
-    @property
-    def clock(self) -> Any:
-        """The clock (``NBCAST_CLOCK``; the real one by default)."""
-        if self._clock is None:
-            from nbcast.clock import clock_from_env
-
-            self._clock = clock_from_env()
-        return self._clock
-
-    @property
-    def db(self) -> Any:
-        """The database, opened (and migrated) on first use."""
-        if self._db is None:
-            from nbcast.config import prepare_home
-            from nbcast.db import Database
-
-            prepare_home(self.settings.home)
-            self._db = Database.open(self.settings.database_url)
-        return self._db
+__all__: list[str] = []
 
 
-pass_app = click.make_pass_decorator(AppContext)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output is read by people in logs and CI: don't truncate it to 80 columns.
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-
-
-def _emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
-
-
-def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    _console().print(table)
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else ""
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="nbcast")
-@click.option(
-    "--tenant",
-    envvar="NBCAST_TENANT",
-    default=None,
-    help="Tenant to act for (default: NBCAST_TENANT or 'default').",
-)
-@click.pass_context
-def cli(ctx: click.Context, tenant: str | None) -> None:
-    """nbcast: scheduled, versioned reports from Jupyter notebooks."""
-    from nbcast.config import check_tenant_name
-
-    settings = load_settings()
-    if tenant:
-        settings = Settings(
-            home=settings.home,
-            database_url=settings.database_url,
-            tenant=check_tenant_name(tenant),
-            user=settings.user,
-        )
-    ctx.obj = AppContext(settings, tenant_named=bool(tenant))
-
-
-# -- db ----------------------------------------------------------------------------
-
-
-@cli.group()
-def db() -> None:
-    """Database maintenance."""
-
-
-@db.command("upgrade")
-@pass_app
-def db_upgrade(app: AppContext) -> None:
-    """Apply all migrations (also done automatically on first use)."""
-    from nbcast.config import prepare_home
-    from nbcast.db import Database
-
-    prepare_home(app.settings.home)
-    database = Database.open(app.settings.database_url, upgrade=False)
-    before = database.current_revision()
-    database.upgrade()
-    after = database.current_revision()
-    click.echo(f"database {database.safe_url}: {before or 'empty'} -> {after}")
-
-
-# -- definitions ---------------------------------------------------------------------
-
-
-@cli.command()
+@click.command()
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--name", help="Definition name (default: metadata 'name', else file stem).")
 @click.option("-m", "--message", default="", help="What changed in this version.")
@@ -168,7 +42,7 @@ def publish(
         now=app.clock.now(),
     )
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "definition": result.definition,
                 "version": result.version,
@@ -213,7 +87,7 @@ def _check_publishable(prepared: Any) -> None:
         )
 
 
-@cli.group()
+@click.group()
 def definitions() -> None:
     """List and inspect report definitions."""
 
@@ -227,7 +101,7 @@ def definitions_list(app: AppContext, as_json: bool) -> None:
 
     items = list_definitions(app.db, app.settings.tenant)
     if as_json:
-        _emit_json(
+        emit_json(
             [
                 {
                     "name": d.name,
@@ -243,11 +117,11 @@ def definitions_list(app: AppContext, as_json: bool) -> None:
             ]
         )
         return
-    _table(
+    table(
         None,
         ["name", "version", "schedule", "updated", "status", "source"],
         [
-            (d.name, d.latest_version, d.schedule, _when(d.updated_at), _status(d), d.source_path)
+            (d.name, d.latest_version, d.schedule, when(d.updated_at), _status(d), d.source_path)
             for d in items
         ],
     )
@@ -273,7 +147,7 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
     info = get_version(app.db, app.settings.tenant, name, number)
     status = list_definitions(app.db, app.settings.tenant, name=name)[0]
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "definition": info.definition,
                 "version": info.version,
@@ -291,9 +165,9 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
         )
         return
     click.echo(f"{info.definition} v{info.version}  sha256 {info.sha256}")
-    click.echo(f"author {info.author}, {_when(info.created_at)}: {info.message or '-'}")
-    click.echo(f"scheduler: {_status(status)}, next fire {_when(status.next_fire_at) or '-'}")
-    _table(
+    click.echo(f"author {info.author}, {when(info.created_at)}: {info.message or '-'}")
+    click.echo(f"scheduler: {_status(status)}, next fire {when(status.next_fire_at) or '-'}")
+    table(
         "parameters",
         ["name", "type", "default", "help"],
         [(p.name, p.type, json.dumps(p.default), p.help) for p in info.schema],
@@ -302,7 +176,7 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
     click.echo(json.dumps(info.block, indent=2, ensure_ascii=False))
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
@@ -312,7 +186,7 @@ def versions(app: AppContext, name: str, as_json: bool) -> None:
 
     items = list_versions(app.db, app.settings.tenant, name)
     if as_json:
-        _emit_json(
+        emit_json(
             [
                 {
                     "version": v.version,
@@ -325,14 +199,14 @@ def versions(app: AppContext, name: str, as_json: bool) -> None:
             ]
         )
         return
-    _table(
+    table(
         f"{name}: versions",
         ["version", "sha256", "author", "created", "message"],
-        [(v.version, v.sha256[:12], v.author, _when(v.created_at), v.message) for v in items],
+        [(v.version, v.sha256[:12], v.author, when(v.created_at), v.message) for v in items],
     )
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.argument("a", type=int)
 @click.argument("b", type=int)
@@ -348,13 +222,13 @@ def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool 
     old = get_version(app.db, app.settings.tenant, name, a)
     new = get_version(app.db, app.settings.tenant, name, b)
     if as_json:
-        _emit_json({"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)})
+        emit_json({"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)})
         return
     text = render_diff(old, new, color=sys.stdout.isatty() if color is None else color)
     click.echo(text if text else f"{name}: v{a} and v{b} are identical")
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.option("--version", "number", type=int, default=None, help="Version (default latest).")
 @click.option(
@@ -377,90 +251,5 @@ def export(app: AppContext, name: str, number: int | None, output: Path) -> None
     click.echo(f"wrote {name} v{info.version} to {output}")
 
 
-def _register_commands() -> None:
-    from nbcast import cli_delivery, cli_executor, cli_scheduler  # noqa: F401  (add their commands)
-
-
-_register_commands()
-
-
-def _one_line(text: str, limit: int = 1000) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def error_line(message: str) -> None:
-    """Print ``error: message`` as one line on stderr."""
-    click.echo(f"error: {_one_line(message)}", err=True)
-
-
-def _log_internal_error(exc: BaseException) -> str:
-    """Append the traceback to the error log; return where it went."""
-    import tempfile
-    import traceback
-    from datetime import UTC, datetime
-    from pathlib import Path
-
-    text = "".join(traceback.format_exception(exc))
-    stamp = datetime.now(UTC).isoformat()
-    candidates = []
-    with contextlib.suppress(Exception):  # the settings themselves may be what is broken
-        candidates.append(load_settings().home / "logs")
-    candidates.append(Path(tempfile.gettempdir()) / f"nbcast-{os.getuid()}")
-    for folder in candidates:
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = folder / "errors.log"
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(f"--- {stamp} nbcast {' '.join(sys.argv[1:])[:500]}\n{text}\n")
-            return str(path)
-        except OSError:
-            continue
-    return "(no writable log folder)"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status (module docstring: 2 for bad input, 1 for a
-    bug, with one line on stderr either way)."""
-    import sqlalchemy as sa
-
-    previous = os.umask(0o077)
-    try:
-        result = cli.main(
-            args=list(argv) if argv is not None else None, prog_name="nbcast", standalone_mode=False
-        )
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else "")
-        return 0
-    except click.ClickException as exc:
-        ctx = getattr(exc, "ctx", None)
-        hint = f" (try '{ctx.command_path} --help')" if ctx is not None else ""
-        error_line(exc.format_message() + hint)
-        return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("aborted", err=True)
-        return 130
-    except NbcastError as exc:
-        error_line(str(exc))
-        return 2
-    except sa.exc.DBAPIError as exc:
-        from nbcast.db import _reason
-
-        error_line(f"database: {_reason(exc)}")
-        return 2
-    except OSError as exc:
-        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
-        error_line(f"{exc.strerror or type(exc).__name__}{where}")
-        return 2
-    except Exception as exc:  # a bug: one line for the user, the traceback in the log
-        path = _log_internal_error(exc)
-        error_line(
-            f"internal error ({type(exc).__name__}: {_one_line(str(exc), 200)}); "
-            f"the traceback is in {path}"
-        )
-        return 1
-    finally:
-        os.umask(previous)
-    return int(result) if isinstance(result, int) else 0
+COMMANDS = [publish, definitions, versions, diff, export]
+"""The commands this module adds to ``nbcast``."""

@@ -1,5 +1,5 @@
-"""The delivery plane's commands: ``delivery-worker``, ``deliveries``, ``deliver``,
-``unsubscribe`` and ``links``."""
+"""The delivery plane: ``delivery-worker``, ``deliveries``, ``deliver``, ``unsubscribe``,
+``links``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from nbcast.cli import AppContext, _emit_json, _table, _when, cli, pass_app
+from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.output import emit_json, table, when
 
 __all__: list[str] = []
 
@@ -44,7 +45,7 @@ def _plane(
     return ledger, RenderQueue(app.db, app.clock, store, owner=owner)
 
 
-@cli.command("delivery-worker")
+@click.command("delivery-worker")
 @click.option("--name", default=None, help="Worker name (default delivery-host:pid).")
 @click.option(
     "--exit-when-idle",
@@ -96,7 +97,7 @@ def delivery_worker(
     )
 
 
-@cli.group()
+@click.group()
 def deliveries() -> None:
     """The delivery ledger."""
 
@@ -131,7 +132,7 @@ def deliveries_list(
         query = query.where(Delivery.state == state.upper())
     with app.db.session() as session:
         rows = session.execute(query).all()
-    items = [
+    items: list[dict[str, Any]] = [
         {
             "id": d.id,
             "run": d.run_id,
@@ -150,9 +151,9 @@ def deliveries_list(
         for d, name in rows
     ]
     if as_json:
-        _emit_json(items)
+        emit_json(items)
         return
-    _table(
+    table(
         "deliveries",
         ["id", "run", "report", "channel", "recipient", "state", "reason", "tries", "sent"],
         [
@@ -165,14 +166,14 @@ def deliveries_list(
                 i["state"] + (" (dup?)" if i["possible_duplicate"] else ""),
                 i["reason"],
                 i["attempts"],
-                _when(i["sent_at"]),
+                when(i["sent_at"]),
             ]
             for i in items
         ],
     )
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--retry-failed",
     "run_id",
@@ -192,7 +193,7 @@ def deliver(app: AppContext, run_id: int) -> None:
     click.echo(f"run {run_id}: {count} failed deliveries queued again")
 
 
-@cli.command()
+@click.command()
 @click.option("--report", default="*", show_default=True, help="Report name, or * for all.")
 @click.option(
     "--channel", type=click.Choice(["email", "slack", "webhook", "link"]), default="email"
@@ -242,7 +243,7 @@ def unsubscribe(
     click.echo(f"unsubscribed {recipient} from {report} ({channel})")
 
 
-@cli.group()
+@click.group()
 def links() -> None:
     """Signed links to rendered reports."""
 
@@ -269,7 +270,7 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
         query = query.where(SignedLink.run_id == run_id)
     with app.db.session() as session:
         rows = list(session.scalars(query))
-    items = [
+    items: list[dict[str, Any]] = [
         {
             "id": r.id,
             "run": r.run_id,
@@ -281,9 +282,9 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
         for r in rows
     ]
     if as_json:
-        _emit_json(items)
+        emit_json(items)
         return
-    _table(
+    table(
         "links",
         ["id", "run", "recipient", "file", "expires", "revoked"],
         [
@@ -292,8 +293,8 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
                 i["run"],
                 i["recipient"],
                 i["file"],
-                _when(i["expires_at"]),
-                _when(i["revoked_at"]),
+                when(i["expires_at"]),
+                when(i["revoked_at"]),
             ]
             for i in items
         ],
@@ -312,3 +313,7 @@ def links_revoke(app: AppContext, link_id: int) -> None:
         tenant = get_tenant(session, app.settings.tenant)
         done = revoke_link(session, link_id, app.clock.now(), tenant_id=tenant.id)
     click.echo(f"link {link_id}: " + ("revoked" if done else "no such link, or already revoked"))
+
+
+COMMANDS = [delivery_worker, deliveries, deliver, unsubscribe, links]
+"""The commands this module adds to ``nbcast``."""

@@ -1,123 +1,18 @@
-"""The execution plane's commands: ``worker``, ``cancel`` and ``tenants``."""
+"""``nbcast tenants``: tenants and their quotas (the operator's commands)."""
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
 from typing import Any
 
 import click
 
-from nbcast.cli import AppContext, _emit_json, _table, cli, pass_app
+from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.output import emit_json, table
 
 __all__: list[str] = []
 
 
-@cli.command()
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="Where notebooks run.",
-)
-@click.option(
-    "--concurrency",
-    type=int,
-    default=2,
-    show_default=True,
-    help="Attempts this worker runs at once.",
-)
-@click.option(
-    "--ray-address",
-    default=None,
-    help="Join a Ray cluster: 'auto' or 'ray://host:10001' (default: start a local Ray).",
-)
-@click.option(
-    "--lease-seconds",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="Lease length; heartbeats renew it every third of it.",
-)
-@click.option("--name", default=None, help="Worker name (default host:pid).")
-@click.option(
-    "--exit-when-idle", is_flag=True, help="Exit once nothing is due and nothing is running."
-)
-@click.option("--no-warm-kernels", is_flag=True, help="Start a fresh kernel per run.")
-@click.option(
-    "--retry-backoff",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="Base seconds of the exponential backoff before a retry.",
-)
-@pass_app
-def worker(
-    app: AppContext,
-    engine: str,
-    concurrency: int,
-    ray_address: str | None,
-    lease_seconds: float,
-    name: str | None,
-    exit_when_idle: bool,
-    no_warm_kernels: bool,
-    retry_backoff: float,
-) -> None:
-    """Claim runs and execute them with papermill, locally or on Ray; stop with SIGTERM."""
-    from nbcast.executor.engines import engines
-    from nbcast.executor.worker import Worker, default_work_dir
-    from nbcast.governance.tenants import list_tenants
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    options: dict[str, Any] = {"capacity": concurrency}
-    if engine == "ray":
-        with app.db.session() as session:
-            options["tenants"] = {t.name: t.max_concurrent_runs for t in list_tenants(session)}
-        options["address"] = ray_address
-        options["temp_dir"] = os.environ.get("NBCAST_RAY_TEMP_DIR")
-        if no_warm_kernels:
-            os.environ["NBCAST_RAY_WARM_KERNELS"] = "0"
-    else:
-        options["warm_kernels"] = not no_warm_kernels
-    settings = app.settings
-    with engines.create(engine, **options) as runner:
-        service = Worker(
-            app.db,
-            app.clock,
-            runner,
-            name=name or f"{socket.gethostname()}:{os.getpid()}",
-            artifacts=str(settings.artifacts_dir),
-            work_dir=default_work_dir(settings.home),
-            lease_seconds=lease_seconds,
-            lake=os.environ.get("NBCAST_LAKE"),
-            backoff_base=retry_backoff,
-        )
-        service.install_signal_handlers()
-        stats = service.run(exit_when_idle=exit_when_idle)
-    click.echo(
-        f"worker done: {stats.succeeded} succeeded, {stats.failed} failed, "
-        f"{stats.rejected} late outcomes refused"
-    )
-
-
-@cli.command()
-@click.argument("run_id", type=int)
-@pass_app
-def cancel(app: AppContext, run_id: int) -> None:
-    """Cancel a queued or running run."""
-    from nbcast.executor.control import cancel_run
-
-    click.echo(
-        f"run {run_id}: "
-        + cancel_run(app.db, app.clock, app.settings.tenant, run_id, by=app.settings.user)
-    )
-
-
-@cli.group()
+@click.group()
 @click.option(
     "--operator",
     is_flag=True,
@@ -211,9 +106,9 @@ def tenants_list(app: AppContext, as_json: bool) -> None:
             for t in list_tenants(session)
         ]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
-    _table(
+    table(
         None,
         [
             "tenant",
@@ -239,3 +134,7 @@ def tenants_list(app: AppContext, as_json: bool) -> None:
             for r in rows
         ],
     )
+
+
+COMMANDS = [tenants]
+"""The commands this module adds to ``nbcast``."""

@@ -1,0 +1,148 @@
+"""The ``nbcast`` command: a thin face over the command and query layer.
+
+One module per area (:mod:`~nbcast.cli.definitions`, :mod:`~nbcast.cli.schedule`,
+:mod:`~nbcast.cli.scheduler`, :mod:`~nbcast.cli.runs`, :mod:`~nbcast.cli.tenants`,
+:mod:`~nbcast.cli.worker`, :mod:`~nbcast.cli.delivery`, :mod:`~nbcast.cli.db`), each
+listing its ``COMMANDS``; :mod:`~nbcast.cli.app` holds the typed application context
+and :mod:`~nbcast.cli.output` the shared output helpers. No command holds SQL of its
+own: each calls the planes' query and command functions.
+
+Output is for people (rich tables) unless ``--json`` is given, then for programs.
+
+**No traceback reaches a user.** :func:`main` turns every
+:class:`~nbcast.errors.NbcastError`, every usage error, every database error and
+every operating-system error (a full disk, a read-only folder) into one line,
+``error: …``, on stderr and exit status 2. Anything else is a bug: it prints one
+line pointing to a log file that holds the traceback (``$NBCAST_HOME/logs/
+errors.log``) and exits with status 1. Messages are one line, and echo at most a
+few dozen characters of any input (:func:`nbcast.limits.clip`).
+
+The command runs with umask ``077``: the home folder's files are private.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+from nbcast.cli import db, definitions, delivery, runs, schedule, scheduler, tenants, worker
+from nbcast.cli.app import AppContext
+from nbcast.config import Settings, load_settings
+from nbcast.errors import NbcastError
+
+__all__ = ["cli", "error_line", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nbcast")
+@click.option(
+    "--tenant",
+    envvar="NBCAST_TENANT",
+    default=None,
+    help="Tenant to act for (default: NBCAST_TENANT or 'default').",
+)
+@click.pass_context
+def cli(ctx: click.Context, tenant: str | None) -> None:
+    """nbcast: scheduled, versioned reports from Jupyter notebooks."""
+    from nbcast.config import check_tenant_name
+
+    settings = load_settings()
+    if tenant:
+        settings = Settings(
+            home=settings.home,
+            database_url=settings.database_url,
+            tenant=check_tenant_name(tenant),
+            user=settings.user,
+        )
+    ctx.obj = AppContext(settings, tenant_named=bool(tenant))
+
+
+for _area in (db, definitions, schedule, scheduler, runs, worker, tenants, delivery):
+    for _command in _area.COMMANDS:
+        cli.add_command(_command)
+
+
+def _one_line(text: str, limit: int = 1000) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def error_line(message: str) -> None:
+    """Print ``error: message`` as one line on stderr."""
+    click.echo(f"error: {_one_line(message)}", err=True)
+
+
+def _log_internal_error(exc: BaseException) -> str:
+    """Append the traceback to the error log; return where it went."""
+    import tempfile
+    import traceback
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    text = "".join(traceback.format_exception(exc))
+    stamp = datetime.now(UTC).isoformat()
+    candidates = []
+    with contextlib.suppress(Exception):  # the settings themselves may be what is broken
+        candidates.append(load_settings().home / "logs")
+    candidates.append(Path(tempfile.gettempdir()) / f"nbcast-{os.getuid()}")
+    for folder in candidates:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = folder / "errors.log"
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(f"--- {stamp} nbcast {' '.join(sys.argv[1:])[:500]}\n{text}\n")
+            return str(path)
+        except OSError:
+            continue
+    return "(no writable log folder)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit status (module docstring: 2 for bad input, 1 for a
+    bug, with one line on stderr either way)."""
+    import sqlalchemy as sa
+
+    previous = os.umask(0o077)
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="nbcast", standalone_mode=False
+        )
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return 0
+    except click.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (try '{ctx.command_path} --help')" if ctx is not None else ""
+        error_line(exc.format_message() + hint)
+        return 2
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("aborted", err=True)
+        return 130
+    except NbcastError as exc:
+        error_line(str(exc))
+        return 2
+    except sa.exc.DBAPIError as exc:
+        from nbcast.db import _reason
+
+        error_line(f"database: {_reason(exc)}")
+        return 2
+    except OSError as exc:
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        error_line(f"{exc.strerror or type(exc).__name__}{where}")
+        return 2
+    except Exception as exc:  # a bug: one line for the user, the traceback in the log
+        path = _log_internal_error(exc)
+        error_line(
+            f"internal error ({type(exc).__name__}: {_one_line(str(exc), 200)}); "
+            f"the traceback is in {path}"
+        )
+        return 1
+    finally:
+        os.umask(previous)
+    return int(result) if isinstance(result, int) else 0

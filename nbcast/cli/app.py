@@ -1,0 +1,81 @@
+"""The typed state one ``nbcast`` invocation shares between its commands.
+
+:class:`AppContext` opens the database and reads the clock lazily, so that a command
+which needs neither (``schedule preview``, ``--help``) starts fast and touches no
+file. :data:`INSTANT` is the parameter type of every instant on the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nbcast.config import Settings
+from nbcast.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nbcast.clock import Clock
+    from nbcast.db import Database
+
+__all__ = ["INSTANT", "AppContext", "InstantType", "pass_app"]
+
+
+@dataclass
+class AppContext:
+    """Lazily opened state shared by the commands of one invocation."""
+
+    settings: Settings
+    tenant_named: bool = False
+    """Whether a tenant was named (``--tenant`` or ``NBCAST_TENANT``)."""
+    _db: Database | None = field(default=None, repr=False)
+    _clock: Clock | None = field(default=None, repr=False)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock (``NBCAST_CLOCK``; the real one by default)."""
+        if self._clock is None:
+            from nbcast.clock import clock_from_env
+
+            self._clock = clock_from_env()
+        return self._clock
+
+    @property
+    def db(self) -> Database:
+        """The database, opened (and migrated) on first use; the home made private."""
+        if self._db is None:
+            from nbcast.config import prepare_home
+            from nbcast.db import Database
+
+            prepare_home(self.settings.home)
+            self._db = Database.open(self.settings.database_url)
+        return self._db
+
+
+pass_app = click.make_pass_decorator(AppContext)
+"""Decorator handing a command its :class:`AppContext`."""
+
+
+class InstantType(click.ParamType):  # type: ignore[type-arg]
+    """An ISO 8601 instant with an offset or ``Z``; a bad one exits with status 2."""
+
+    name = "INSTANT"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        """Parse ``value`` (:func:`nbcast.clock.parse_instant`), failing the command."""
+        if isinstance(value, datetime):
+            return value
+        from nbcast.clock import parse_instant
+
+        try:
+            return parse_instant(str(value))
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+INSTANT = InstantType()
+"""The parameter type of instants: ``--from 2026-03-08T07:00:00Z``."""

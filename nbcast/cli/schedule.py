@@ -1,0 +1,78 @@
+"""``nbcast schedule preview``: what a schedule will do, without touching any definition."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from nbcast.cli.app import INSTANT
+from nbcast.cli.output import console, emit_json
+
+__all__: list[str] = []
+
+
+@click.group()
+def schedule() -> None:
+    """Work with schedules without touching any definition."""
+
+
+@schedule.command("preview")
+@click.option("--cron", help="A five-field cron expression (cronie syntax).")
+@click.option("--every", help="An interval such as 15m or 1h30m (instead of --cron).")
+@click.option(
+    "--start",
+    type=INSTANT,
+    default=None,
+    help="Anchor instant of an --every schedule (default: the Unix epoch).",
+)
+@click.option("--tz", "zone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--from", "range_from", type=INSTANT, required=True, help="Range start (incl.).")
+@click.option("--to", "range_to", type=INSTANT, required=True, help="Range end (excl.).")
+@click.option(
+    "--dst-gap",
+    type=click.Choice(["auto", "shift", "skip"]),
+    default="auto",
+    show_default=True,
+    help="What a slot in a DST gap does.",
+)
+@click.option(
+    "--dst-fold",
+    type=click.Choice(["auto", "first", "last", "both"]),
+    default="auto",
+    show_default=True,
+    help="Which pass of a repeated time fires.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+def schedule_preview(
+    cron: str | None,
+    every: str | None,
+    start: datetime | None,
+    zone: str,
+    range_from: datetime,
+    range_to: datetime,
+    dst_gap: str,
+    dst_fold: str,
+    as_json: bool,
+) -> None:
+    """List every slot whose fire instant lies in [--from, --to), in fire order."""
+    from nbcast.scheduler.preview import preview, render_table
+
+    rows = preview(
+        cron=cron,
+        every=every,
+        start=start,
+        tz=zone,
+        dst_gap=dst_gap,
+        dst_fold=dst_fold,
+        range_from=range_from,
+        range_to=range_to,
+    )
+    if as_json:
+        emit_json(rows)
+        return
+    console().print(render_table(rows))
+
+
+COMMANDS = [schedule]
+"""The commands this module adds to ``nbcast``."""
