@@ -158,12 +158,24 @@ def _brief(iso: str | None) -> str:
 def render_table(rows: Iterable[Mapping[str, str | None]], title: str | None = None) -> Table:
     """A rich table of preview rows for people (skipped slots dimmed).
 
-    Times drop zero seconds so a row fits 80 columns; cells fold rather than being cut
-    short, so no value is ever hidden behind an ellipsis. ``--json`` has the full form.
+    Times drop zero seconds so a row fits 80 columns; keys, times and statuses are never
+    broken over lines (a column is as wide as its widest value) and reasons fold, so no
+    value is hidden behind an ellipsis. ``--json`` has the full form.
     """
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
-    for header in ("slot", "local", "fire at (UTC)", "status", "reason"):
-        table.add_column(header, overflow="fold")
+    rows = list(rows)
+    for header, key in (
+        ("slot", "slot_key"),
+        ("local", "local"),
+        ("fire at (UTC)", "fire_at"),
+        ("status", "status"),
+    ):  # never broken over lines: as wide as the widest value
+        widest = max(
+            (len(_brief(row[key]) if key != "slot_key" else row[key] or "") for row in rows),
+            default=0,
+        )
+        table.add_column(header, no_wrap=True, min_width=max(widest, len(header)))
+    table.add_column("reason", overflow="fold")
     for row in rows:
         table.add_row(
             row["slot_key"] or "",
