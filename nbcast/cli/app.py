@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from nbcast.clock import Clock
     from nbcast.db import Database
 
-__all__ = ["INSTANT", "AppContext", "InstantType", "pass_app"]
+__all__ = ["INSTANT", "AppContext", "InstantType", "configure_logging", "pass_app", "supervise"]
 
 
 @dataclass
@@ -79,3 +79,34 @@ class InstantType(click.ParamType):  # type: ignore[type-arg]
 
 INSTANT = InstantType()
 """The parameter type of instants: ``--from 2026-03-08T07:00:00Z``."""
+
+
+def configure_logging() -> None:
+    """Services log to stderr: time, level, logger, message."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def supervise(app: AppContext, service: Any) -> None:
+    """Run ``service`` (a :class:`~nbcast.daemon.Service`) under a supervisor with
+    signal handlers; ``NBCAST_HEARTBEAT_SECONDS`` (0.1 to 3,600, default 5) sets how
+    often its heartbeat row is written."""
+    import math
+    import os
+
+    from nbcast.daemon import Supervisor
+
+    configure_logging()
+    text = os.environ.get("NBCAST_HEARTBEAT_SECONDS", "").strip() or "5"
+    try:
+        every = float(text)
+    except ValueError:
+        every = math.nan
+    if not 0.1 <= every <= 3600:
+        raise ConfigError(f"NBCAST_HEARTBEAT_SECONDS: {text[:40]!r} is not 0.1 to 3600 seconds")
+    supervisor = Supervisor(app.db, app.clock, service, heartbeat_every=every)
+    supervisor.install_signal_handlers()
+    supervisor.run()

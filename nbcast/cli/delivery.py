@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from typing import Any
 
 import click
 
-from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.app import AppContext, configure_logging, pass_app, supervise
 from nbcast.cli.output import emit_json, table, when
 
 __all__: list[str] = []
@@ -79,14 +78,13 @@ def delivery_worker(
     """Render succeeded runs and deliver them to their subscribers; stop with SIGTERM."""
     from nbcast.delivery.worker import DeliveryWorker
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     ledger, renders = _plane(app, name, lease_seconds=lease_seconds, senders=senders)
     service = DeliveryWorker(app.db, app.clock, ledger, renders, poll_interval=poll)
-    service.install_signal_handlers()
+    service.exit_when_idle = exit_when_idle
+
     try:
-        service.run(exit_when_idle=exit_when_idle)
+        supervise(app, service)
     finally:
         ledger.close()
     s = ledger.stats

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 import click
 
-from nbcast.cli.app import INSTANT, AppContext, pass_app
+from nbcast.cli.app import INSTANT, AppContext, configure_logging, pass_app, supervise
 from nbcast.cli.output import emit_json
 
 __all__: list[str] = []
@@ -35,13 +34,10 @@ def scheduler_run(app: AppContext, name: str | None, max_sleep: float, batch: in
     """The long-running scheduler: materialize due slots, sleep, repeat; stops on SIGTERM."""
     from nbcast.scheduler.service import SchedulerService, scheduler_lock
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     with scheduler_lock(app.db):
         service = SchedulerService(app.db, app.clock, name=name, batch=batch, max_sleep=max_sleep)
-        service.install_signal_handlers()
-        service.run()
+        supervise(app, service)
 
 
 @scheduler.command("tick")

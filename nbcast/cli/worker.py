@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
 from typing import Any
 
 import click
 
-from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.app import AppContext, configure_logging, pass_app, supervise
 
 __all__: list[str] = []
 
@@ -66,13 +64,12 @@ def worker(
     retry_backoff: float,
 ) -> None:
     """Claim runs and execute them with papermill, locally or on Ray; stop with SIGTERM."""
+    from nbcast.daemon import service_name
     from nbcast.executor.engines import engines
     from nbcast.executor.worker import Worker, default_work_dir
     from nbcast.governance.tenants import list_tenants
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     options: dict[str, Any] = {"capacity": concurrency}
     if engine == "ray":
         with app.db.session() as session:
@@ -89,15 +86,16 @@ def worker(
             app.db,
             app.clock,
             runner,
-            name=name or f"{socket.gethostname()}:{os.getpid()}",
+            name=service_name(name),
             artifacts=str(settings.artifacts_dir),
             work_dir=default_work_dir(settings.home),
             lease_seconds=lease_seconds,
             lake=os.environ.get("NBCAST_LAKE"),
             backoff_base=retry_backoff,
         )
-        service.install_signal_handlers()
-        stats = service.run(exit_when_idle=exit_when_idle)
+        service.exit_when_idle = exit_when_idle
+        supervise(app, service)
+        stats = service.stats
     click.echo(
         f"worker done: {stats.succeeded} succeeded, {stats.failed} failed, "
         f"{stats.rejected} late outcomes refused"

@@ -18,15 +18,14 @@ stays PENDING, with its ``not_before``, for the next worker run to send.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from types import FrameType
 
 import sqlalchemy as sa
 
 from nbcast.clock import Clock
+from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.ledger import Ledger
@@ -55,8 +54,10 @@ class StepCounts:
         return bool(self.consumed or self.reaped or self.rendered or self.delivered)
 
 
-class DeliveryWorker:
+class DeliveryWorker(Service):
     """Runs the delivery plane's loop (module docstring)."""
+
+    kind = "delivery-worker"
 
     def __init__(
         self,
@@ -69,6 +70,7 @@ class DeliveryWorker:
         batch: int = 50,
         idle_horizon: timedelta = IDLE_HORIZON,
     ) -> None:
+        super().__init__()
         self.db = db
         self.clock = clock
         self.ledger = ledger
@@ -76,19 +78,12 @@ class DeliveryWorker:
         self.poll_interval = poll_interval
         self.batch = batch
         self.idle_horizon = idle_horizon
-        self._stop = threading.Event()
-
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT finish the current pass, then stop."""
-
-        def handler(_signum: int, _frame: FrameType | None) -> None:
-            self.stop()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        self.exit_when_idle = False
+        self.name = ledger.owner
 
     def stop(self) -> None:
-        self._stop.set()
+        """Finish the current pass, then end (first SIGTERM)."""
+        super().stop()
         self.clock.wake()
 
     def step(self) -> StepCounts:
@@ -142,14 +137,30 @@ class DeliveryWorker:
                 )
             )
 
-    def run(self, *, exit_when_idle: bool = False) -> None:
-        """Loop until stopped (or, with ``exit_when_idle``, until :meth:`idle`)."""
+    def steps(self) -> Iterator[Step]:
+        """One :meth:`step` per step; done when stopped, or — with ``exit_when_idle``
+        — once :meth:`idle`."""
         self.renders.warm_up()
-        while not self._stop.is_set():
+        while not self.stopping:
             counts = self.step()
-            if counts.busy:
-                continue
-            if exit_when_idle and self.idle():
+            done = not counts.busy and self.exit_when_idle and self.idle()
+            yield Step(busy=counts.busy, sleep=self.poll_interval, done=done, detail=self._detail())
+            if done:
                 break
-            self.clock.sleep(self.poll_interval)
         log.info("delivery worker stopped: %s", self.ledger.stats)
+
+    def _detail(self) -> dict[str, int]:
+        s = self.ledger.stats
+        return {
+            "sent": s.sent,
+            "failed": s.failed,
+            "suppressed": s.suppressed,
+            "retried": s.retried,
+            "duplicates": s.duplicates,
+        }
+
+    def run(self, *, exit_when_idle: bool = False) -> None:
+        """Run under a :class:`~nbcast.daemon.Supervisor` until stopped (or, with
+        ``exit_when_idle``, until :meth:`idle`)."""
+        self.exit_when_idle = exit_when_idle
+        Supervisor(self.db, self.clock, self).run()

@@ -78,6 +78,7 @@ class Run(Base):
             postgresql_where=sa.text("state = 'QUEUED'"),
             sqlite_where=sa.text("state = 'QUEUED'"),
         ),
+        sa.Index("ix_runs_tenant_fire", "tenant_id", "fire_at", "id"),
         sa.Index(
             "ix_runs_leased",
             "tenant_id",

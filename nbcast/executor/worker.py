@@ -25,28 +25,29 @@ refuses :data:`MAX_RECORD_TRIES` times is recorded bare — no warehouse figures
 error reduced to its text — and one refused even so is given up after as many more
 tries: its lease then expires and the reaper decides.
 
-SIGTERM stops claiming, lets the running attempts finish (their leases keep being
-renewed) and then exits; a second SIGTERM cancels them. ``exit_when_idle`` makes the
-worker exit once nothing is due and nothing is running (for demos and batch jobs).
+The worker is a :class:`~nbcast.daemon.Service`: its supervisor keeps its heartbeat
+row and turns SIGTERM into :meth:`Worker.stop` — stop claiming, let the running
+attempts finish (their leases keep being renewed), then end — and a second SIGTERM
+into :meth:`Worker.halt`, which cancels them. ``exit_when_idle`` makes the worker end
+once nothing is due and nothing is running (for demos and batch jobs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
-import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import sqlalchemy as sa
 
 from nbcast.clock import Clock
+from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.errors import LeaseLostError
 from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptJob, AttemptOutcome
@@ -76,7 +77,9 @@ class WorkerStats:
     failed: int = 0
     rejected: int = 0
     """Outcomes refused because their lease had been lost (fencing)."""
-    outcomes: list[tuple[int, int, str]] = field(default_factory=list)
+    outcomes: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=1000))
+    """The latest outcomes (run, attempt, state): the last 1,000, so a worker that
+    runs for months holds a bounded amount."""
 
 
 @dataclass
@@ -86,8 +89,10 @@ class _InFlight:
     lost: bool = False
 
 
-class Worker:
+class Worker(Service):
     """The worker loop for one engine (see the module docstring)."""
+
+    kind = "worker"
 
     def __init__(
         self,
@@ -103,6 +108,7 @@ class Worker:
         lake: str | None = None,
         backoff_base: float = 30.0,
     ) -> None:
+        super().__init__()
         self.db = db
         self.clock = clock
         self.engine = engine
@@ -126,33 +132,21 @@ class Worker:
         self._unrecorded: list[tuple[int, int, AttemptOutcome]] = []
         # How often the database refused (not: was away for) an outcome, by attempt.
         self._refusals: dict[tuple[int, int], int] = {}
-        self._draining = threading.Event()
-        self._stop = threading.Event()
+        self.exit_when_idle = False
 
     # -- control ------------------------------------------------------------------
 
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT: drain (finish running attempts); a second one: cancel them."""
-
-        def handler(signum: int, _frame: FrameType | None) -> None:
-            if self._draining.is_set():
-                log.info("second %s: cancelling running attempts", signal.Signals(signum).name)
-                for key in list(self._in_flight):
-                    self.engine.cancel(*key)
-            log.info(
-                "received %s; finishing %d running attempts",
-                signal.Signals(signum).name,
-                len(self._in_flight),
-            )
-            self._draining.set()
-            self.clock.wake()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-
     def stop(self) -> None:
-        """Stop claiming; exit once running attempts have ended."""
-        self._draining.set()
+        """Stop claiming; end once running attempts have ended (first SIGTERM)."""
+        super().stop()
+        log.info("finishing %d running attempts", len(self._in_flight))
+        self.clock.wake()
+
+    def halt(self) -> None:
+        """Cancel the running attempts (second SIGTERM); end once they are recorded."""
+        super().halt()
+        for key in list(self._in_flight):
+            self.engine.cancel(*key)
         self.clock.wake()
 
     @property
@@ -162,8 +156,9 @@ class Worker:
 
     # -- the loop -----------------------------------------------------------------
 
-    def run(self, *, exit_when_idle: bool = False) -> WorkerStats:
-        """Loop until stopped (or idle, with ``exit_when_idle``)."""
+    def steps(self) -> Iterator[Step]:
+        """One :meth:`step` per step; done when stopped and drained, or — with
+        ``exit_when_idle`` — once nothing is due and nothing is running."""
         log.info(
             "worker %s started (engine %s, capacity %d)",
             self.name,
@@ -172,13 +167,31 @@ class Worker:
         )
         while True:
             claimed = self.step()
-            if self._draining.is_set() and not self._in_flight:
+            done = (self.stopping and not self._in_flight) or (
+                self.exit_when_idle and not claimed and not self._in_flight and not self._due()
+            )
+            yield Step(
+                busy=bool(claimed), sleep=self.poll_interval, done=done, detail=self._detail()
+            )
+            if done:
                 break
-            if exit_when_idle and not claimed and not self._in_flight and not self._due():
-                break
-            if not claimed:
-                self.clock.sleep(self.poll_interval)
         log.info("worker %s stopped: %s", self.name, self.stats)
+
+    def _detail(self) -> dict[str, int]:
+        s = self.stats
+        return {
+            "claimed": s.claimed,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "rejected": s.rejected,
+            "running": len(self._in_flight),
+        }
+
+    def run(self, *, exit_when_idle: bool = False) -> WorkerStats:
+        """Run under a :class:`~nbcast.daemon.Supervisor` until stopped (or idle, with
+        ``exit_when_idle``); return the counts."""
+        self.exit_when_idle = exit_when_idle
+        Supervisor(self.db, self.clock, self).run()
         return self.stats
 
     def _due(self) -> bool:
@@ -203,7 +216,7 @@ class Worker:
             log.warning("housekeeping failed: %s", exc)
         claimed = 0
         free = self.engine.capacity - len(self._in_flight)
-        if free > 0 and not self._draining.is_set():
+        if free > 0 and not self.stopping:
             claimed = self._claim(free)
         self._heartbeats()
         unrecorded, self._unrecorded = self._unrecorded, []

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, JSONType, utcnow
 
-__all__ = ["Tenant", "User"]
+__all__ = ["ServiceHeartbeat", "Tenant", "User"]
 
 
 class Tenant(Base):
@@ -21,7 +21,7 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # Quotas (see nbcast.executor.quotas for what each one means).
+    # Quotas (nbcast.governance.tenants.QUOTA_BOUNDS; what each means: the README).
     max_concurrent_runs: Mapped[int] = mapped_column(default=4, server_default="4")
     cpus_per_run: Mapped[float] = mapped_column(default=1.0, server_default="1")
     memory_mb_per_run: Mapped[int] = mapped_column(default=2048, server_default="2048")
@@ -45,3 +45,29 @@ class User(Base):
     email: Mapped[str | None] = mapped_column(sa.String(320), default=None)
     role: Mapped[str] = mapped_column(sa.String(32), default="author")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ServiceHeartbeat(Base):
+    """One service process's heartbeat (:mod:`nbcast.daemon`): who runs where, since
+    when, how it is doing. One row per (kind, name), reused when a service of the
+    same name starts again."""
+
+    __tablename__ = "service_heartbeats"
+    __table_args__ = (sa.UniqueConstraint("kind", "name", name="uq_service_heartbeats_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    """``scheduler``, ``worker`` or ``delivery-worker``."""
+    name: Mapped[str] = mapped_column(sa.String(255))
+    host: Mapped[str] = mapped_column(sa.String(255))
+    pid: Mapped[int]
+    version: Mapped[str] = mapped_column(sa.String(32))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    """``running``, ``stopping`` or ``stopped``."""
+    started_at: Mapped[datetime]
+    beat_at: Mapped[datetime]
+    stopped_at: Mapped[datetime | None] = mapped_column(default=None)
+    iterations: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    last_error: Mapped[str | None] = mapped_column(sa.Text, default=None)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, utcnow
 
-__all__ = ["ScheduleState", "SchedulerReplica"]
+__all__ = ["ScheduleState"]
 
 
 class ScheduleState(Base):
@@ -43,17 +43,3 @@ class ScheduleState(Base):
     failures: Mapped[int] = mapped_column(default=0, server_default="0")
     """Failures in a row (the backoff's exponent); 0 after a success."""
     failed_at: Mapped[datetime | None] = mapped_column(default=None)
-
-
-class SchedulerReplica(Base):
-    """A running scheduler process and its last heartbeat."""
-
-    __tablename__ = "scheduler_replicas"
-
-    name: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
-    host: Mapped[str] = mapped_column(sa.String(255))
-    pid: Mapped[int]
-    started_at: Mapped[datetime]
-    heartbeat_at: Mapped[datetime]
-    slots_materialized: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    last_error: Mapped[str | None] = mapped_column(sa.Text)

@@ -27,9 +27,10 @@ from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import get_version, publish
 from nbcast.executor.models import Run
+from nbcast.governance.models import ServiceHeartbeat
 from nbcast.scheduler.compiler import compile_schedule
 from nbcast.scheduler.materializer import initial_watermark
-from nbcast.scheduler.models import SchedulerReplica, ScheduleState
+from nbcast.scheduler.models import ScheduleState
 from tests.notebooks import make_notebook
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -182,6 +183,8 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
         assert states[name].watermark >= END - timedelta(days=4)
     assert len(by_definition["every-minute-utc"]) >= 30 * 24 * 60
     with db.session() as session:
-        replicas = session.execute(sa.select(SchedulerReplica.name)).scalars().all()
-    assert sorted(replicas) == ["replica-0", "replica-1", "replica-2"]
+        replicas = session.execute(
+            sa.select(ServiceHeartbeat.name).where(ServiceHeartbeat.kind == "scheduler")
+        ).all()
+    assert sorted(name for (name,) in replicas) == ["replica-0", "replica-1", "replica-2"]
     db.dispose()
