@@ -20,7 +20,7 @@ PUBLIC_MODULES = [
     "nbcast.definitions.spec",
     "nbcast.definitions.versions",
     "nbcast.definitions.diff",
-    "nbcast.scheduler.cron",
+    "nbcast.definitions.cron",
     "nbcast.scheduler.compiler",
     "nbcast.scheduler.preview",
     "nbcast.scheduler.materializer",

@@ -51,7 +51,7 @@ def runs_list(
     app: AppContext, definition: str | None, state: str | None, limit: int | None, as_json: bool
 ) -> None:
     """List runs, oldest fire time first."""
-    from nbcast.scheduler.control import list_runs
+    from nbcast.executor.queries import list_runs
 
     items = list_runs(app.db, app.settings.tenant, definition=definition, state=state, limit=limit)
     if as_json:

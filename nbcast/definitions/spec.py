@@ -342,7 +342,7 @@ def _schedule(block: Any) -> ScheduleSpec:
     if ("cron" in block) == ("every" in block):
         raise MetadataError("schedule", "needs exactly one of 'cron' or 'every'")
     if "cron" in block:
-        from nbcast.scheduler.cron import CronExpression
+        from nbcast.definitions.cron import CronExpression
 
         _require(block["cron"], str, "schedule.cron", "a cron expression")
         try:

@@ -63,9 +63,9 @@ from functools import lru_cache
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from nbcast.definitions.cron import CronExpression
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.errors import ScheduleError
-from nbcast.scheduler.cron import CronExpression
 
 __all__ = [
     "CompiledSchedule",

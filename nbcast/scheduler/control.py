@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast.clock import Clock, format_instant
+from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
@@ -36,7 +36,7 @@ from nbcast.scheduler.materializer import _EPSILON, Materializer, _due, _next, _
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
 
-__all__ = ["RunInfo", "backfill", "list_runs", "pause", "resume", "run_now"]
+__all__ = ["backfill", "pause", "resume", "run_now"]
 
 
 def _definition(session: Session, tenant: str, name: str) -> ReportDefinition:
@@ -202,86 +202,3 @@ def run_now(db: Database, clock: Clock, tenant: str, name: str, parameters: dict
         session.add(run)
         session.flush()
         return run.id
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunInfo:
-    """A run as listed by ``nbcast runs list``."""
-
-    id: int
-    definition: str
-    slot_key: str | None
-    kind: str
-    state: str
-    reason: str | None
-    fire_at: datetime
-    version: int
-    parameters: dict[str, Any]
-    created_at: datetime
-    attempt: int = 0
-    artifact_sha256: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
-        return {
-            "id": self.id,
-            "definition": self.definition,
-            "slot_key": self.slot_key,
-            "kind": self.kind,
-            "state": self.state,
-            "reason": self.reason,
-            "fire_at": format_instant(self.fire_at),
-            "version": self.version,
-            "parameters": self.parameters,
-            "created_at": format_instant(self.created_at),
-            "attempt": self.attempt,
-            "artifact_sha256": self.artifact_sha256,
-        }
-
-
-def list_runs(
-    db: Database,
-    tenant: str,
-    *,
-    definition: str | None = None,
-    state: str | None = None,
-    limit: int | None = None,
-) -> list[RunInfo]:
-    """Runs of ``tenant``, oldest fire time first, optionally filtered."""
-    with db.session() as session:
-        owner = get_tenant(session, tenant)
-        query = (
-            sa.select(Run, ReportDefinition.name)
-            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
-            .where(Run.tenant_id == owner.id)
-            .order_by(Run.fire_at, Run.slot_key, Run.id)
-        )
-        if definition is not None:
-            _definition(session, tenant, definition)
-            query = query.where(ReportDefinition.name == definition)
-        if state is not None:
-            wanted = state.upper()
-            if wanted not in RunState.__members__:
-                raise ScheduleError(
-                    f"unknown run state {state!r} (one of " + "|".join(RunState.__members__) + ")"
-                )
-            query = query.where(Run.state == wanted)
-        if limit is not None:
-            query = query.limit(limit)
-        return [
-            RunInfo(
-                id=r.id,
-                definition=n,
-                slot_key=r.slot_key,
-                kind=r.kind,
-                state=r.state,
-                reason=r.reason,
-                fire_at=r.fire_at,
-                version=r.version,
-                parameters=r.parameters,
-                created_at=r.created_at,
-                attempt=r.attempt,
-                artifact_sha256=r.artifact_sha256,
-            )
-            for r, n in session.execute(query).all()
-        ]

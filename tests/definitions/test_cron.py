@@ -10,8 +10,8 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nbcast.definitions.cron import CronExpression
 from nbcast.errors import ScheduleError
-from nbcast.scheduler.cron import CronExpression
 
 ALL_MINUTES = tuple(range(60))
 ALL_HOURS = tuple(range(24))
