@@ -17,6 +17,7 @@ from nbcast.config import Settings
 from nbcast.errors import ConfigError
 
 if TYPE_CHECKING:
+    from nbcast.access import Caller
     from nbcast.clock import Clock
     from nbcast.db import Database
 
@@ -32,6 +33,13 @@ class AppContext:
     """Whether a tenant was named (``--tenant`` or ``NBCAST_TENANT``)."""
     _db: Database | None = field(default=None, repr=False)
     _clock: Clock | None = field(default=None, repr=False)
+
+    @property
+    def caller(self) -> Caller:
+        """Who the command acts for: ``NBCAST_USER`` in the tenant named (or default)."""
+        from nbcast.access import Caller
+
+        return Caller(tenant=self.settings.tenant, user=self.settings.user)
 
     @property
     def clock(self) -> Clock:
