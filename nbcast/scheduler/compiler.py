@@ -60,12 +60,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
-from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nbcast.definitions.cron import CronExpression
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.errors import ScheduleError
+from nbcast.scheduler.zones import DAY, Neighbourhood, offset_at, transitions
 
 __all__ = [
     "CompiledSchedule",
@@ -77,7 +77,7 @@ __all__ = [
     "load_zone",
 ]
 
-_DAY = 86_400
+
 _SECOND = timedelta(seconds=1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE = datetime(1970, 1, 1)
@@ -85,7 +85,7 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _MIN_SECONDS = (datetime(1800, 1, 1, tzinfo=UTC) - _EPOCH_UTC) // _SECOND
 _MAX_SECONDS = (datetime(9000, 1, 1, tzinfo=UTC) - _EPOCH_UTC) // _SECOND
 _HOUR = timedelta(hours=1)
-_QUIET_REACH = 64 * _DAY  # how far one quiet-interval look-up searches each way
+_QUIET_REACH = 64 * DAY  # how far one quiet-interval look-up searches each way
 
 
 class SlotStatus(StrEnum):
@@ -122,95 +122,6 @@ def load_zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise ScheduleError(f"timezone: {name!r} is not an IANA time zone") from None
-
-
-# --------------------------------------------------------------------------- zones
-
-
-class _Transition(NamedTuple):
-    at: int  # UTC seconds of the first instant with the new offset
-    before: int  # offset in seconds before it
-    after: int  # offset in seconds from it on
-
-
-def _offset(zone: ZoneInfo, seconds: int) -> int:
-    off = datetime.fromtimestamp(seconds, zone).utcoffset()
-    return 0 if off is None else off // _SECOND
-
-
-_BUCKET = 32 * _DAY  # transitions are found and cached 32 UTC days at a time
-
-
-@lru_cache(maxsize=65_536)
-def _bucket_transitions(zone: ZoneInfo, bucket: int) -> tuple[_Transition, ...]:
-    """Offset changes ``t`` with ``bucket * _BUCKET < t <= (bucket + 1) * _BUCKET``.
-
-    The offset is sampled once per UTC day and a change is bisected to the second;
-    tzdata never changes offsets twice within a day (module docstring).
-    """
-    low, high = bucket * _BUCKET, (bucket + 1) * _BUCKET
-    found: list[_Transition] = []
-    a, off_a = low, _offset(zone, low)
-    while a < high:
-        b = min(a + _DAY, high)
-        off_b = _offset(zone, b)
-        if off_b == off_a:
-            a = b
-            continue
-        lo, hi = a, b  # off(lo) == off_a != off(hi): bisect to the first changed second
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if _offset(zone, mid) == off_a:
-                lo = mid
-            else:
-                hi = mid
-        after = _offset(zone, hi)
-        found.append(_Transition(hi, off_a, after))
-        a, off_a = hi, after
-    return tuple(found)
-
-
-def _transitions(zone: ZoneInfo, low: int, high: int) -> list[_Transition]:
-    """Offset changes ``t`` of ``zone`` with ``low < t <= high`` (UTC seconds)."""
-    return [
-        t
-        for bucket in range(low // _BUCKET, (high - 1) // _BUCKET + 1)
-        for t in _bucket_transitions(zone, bucket)
-        if low < t.at <= high
-    ]
-
-
-class _Period(NamedTuple):
-    start: int  # UTC seconds, inclusive
-    stop: int  # UTC seconds, exclusive
-    offset: int
-
-
-class _Neighbourhood:
-    """The constant-offset periods of a zone around one UTC window, to classify walls."""
-
-    __slots__ = ("periods", "transitions")
-
-    def __init__(self, zone: ZoneInfo, low: int, high: int) -> None:
-        self.transitions = _transitions(zone, low, high)
-        periods: list[_Period] = []
-        start, offset = low, _offset(zone, low)
-        for t in self.transitions:
-            periods.append(_Period(start, t.at, offset))
-            start, offset = t.at, t.after
-        periods.append(_Period(start, high + 1, offset))
-        self.periods = periods
-
-    def instants(self, wall: int) -> list[int]:
-        """UTC seconds at which the wall time ``wall`` (seconds) happens, earliest first."""
-        return [wall - p.offset for p in self.periods if p.start <= wall - p.offset < p.stop]
-
-    def gap_end(self, wall: int) -> int:
-        """The transition instant that ends the gap containing the nonexistent ``wall``."""
-        for t in self.transitions:
-            if t.at + t.before <= wall < t.at + t.after:
-                return t.at
-        raise AssertionError(f"wall second {wall} is in no gap")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- schedules
@@ -356,7 +267,7 @@ class CronSchedule(CompiledSchedule):
     def _matches_wall(self, wall: int) -> bool:
         if wall % 60:
             return False
-        day, sod = divmod(wall, _DAY)
+        day, sod = divmod(wall, DAY)
         return (
             sod // 3600 in self._hour_set
             and sod // 60 % 60 in self._minute_set
@@ -366,22 +277,22 @@ class CronSchedule(CompiledSchedule):
     def _last_possible_fire(self) -> int:
         if not self._fires_ever:
             return _MIN_SECONDS
-        return min(self._last_wall + _DAY, _MAX_SECONDS)
+        return min(self._last_wall + DAY, _MAX_SECONDS)
 
     # ---- the quiet-interval cache: is a day far from every transition?
 
-    def _quiet_offset(self, middle: int) -> int | None:
+    def _quietoffset_at(self, middle: int) -> int | None:
         """The zone's offset if no transition lies within two days of day ``middle``."""
         low, high, offset = self._quiet
-        if not (low <= middle - 2 * _DAY and middle + 3 * _DAY <= high):
-            around = _transitions(self.zone, middle - _QUIET_REACH, middle + _QUIET_REACH)
+        if not (low <= middle - 2 * DAY and middle + 3 * DAY <= high):
+            around = transitions(self.zone, middle - _QUIET_REACH, middle + _QUIET_REACH)
             starts = [t.at for t in around]
             i = bisect.bisect_right(starts, middle)
             low = starts[i - 1] if i else middle - _QUIET_REACH
             high = starts[i] - 1 if i < len(starts) else middle + _QUIET_REACH
-            self._quiet = (low, high, _offset(self.zone, middle))
+            self._quiet = (low, high, offset_at(self.zone, middle))
             low, high, offset = self._quiet
-            if not (low <= middle - 2 * _DAY and middle + 3 * _DAY <= high):
+            if not (low <= middle - 2 * DAY and middle + 3 * DAY <= high):
                 return None
         return offset
 
@@ -391,15 +302,15 @@ class CronSchedule(CompiledSchedule):
         if low >= high or not self._fires_ever:
             return
         # A day's slots fire within (midnight - 1 day, midnight + 2 days) of its wall.
-        first = max(low // _DAY - 2, self._first_wall // _DAY)
-        last = min(high // _DAY + 1, self._last_wall // _DAY)
+        first = max(low // DAY - 2, self._first_wall // DAY)
+        last = min(high // DAY + 1, self._last_wall // DAY)
         run: list[int] = []  # days near a transition, built together for order and gaps
         for day_number in range(first, last + 1):
             day = date.fromordinal(day_number + _EPOCH_ORDINAL)
             if not self._matches(day):
                 continue
-            midnight = day_number * _DAY
-            offset = self._quiet_offset(midnight)
+            midnight = day_number * DAY
+            offset = self._quietoffset_at(midnight)
             if offset is None:
                 run.append(day_number)
                 continue
@@ -433,7 +344,7 @@ class CronSchedule(CompiledSchedule):
 
     def _transition_slots(self, days: list[int], low: int, high: int) -> Iterator[Slot]:
         """Slots of consecutive days near transitions, with gap and fold rules applied."""
-        hood = _Neighbourhood(self.zone, days[0] * _DAY - 2 * _DAY, days[-1] * _DAY + 3 * _DAY)
+        hood = Neighbourhood(self.zone, days[0] * DAY - 2 * DAY, days[-1] * DAY + 3 * DAY)
         out: list[Slot] = []
         gaps: dict[int, list[tuple[str, datetime]]] = {}
         fold = self.fold_policy
@@ -444,7 +355,7 @@ class CronSchedule(CompiledSchedule):
         smallest, largest = min(offsets), max(offsets)
         sods, labels, deltas = self._sods, self._labels, self._deltas
         for day_number in days:
-            midnight = day_number * _DAY
+            midnight = day_number * DAY
             i = bisect.bisect_left(sods, low + smallest - midnight)
             j = bisect.bisect_left(sods, high + largest - midnight)
             if i >= j:
@@ -489,8 +400,8 @@ class CronSchedule(CompiledSchedule):
 
     def _own_slot_at(self, end: int) -> bool:
         """Whether a non-gap slot of this schedule is scheduled at the instant ``end``."""
-        hood = _Neighbourhood(self.zone, end - 2 * _DAY, end + 2 * _DAY)
-        wall = end + _offset(self.zone, end)
+        hood = Neighbourhood(self.zone, end - 2 * DAY, end + 2 * DAY)
+        wall = end + offset_at(self.zone, end)
         if not (self._first_wall <= wall <= self._last_wall and self._matches_wall(wall)):
             return False
         instants = hood.instants(wall)

@@ -32,9 +32,17 @@ from nbcast.errors import ScheduleError, UnknownDefinitionError
 from nbcast.executor.models import Run, RunKind, RunState
 from nbcast.governance.tenants import get_tenant
 from nbcast.limits import MAX_BACKFILL_SLOTS
-from nbcast.scheduler.materializer import _EPSILON, Materializer, _due, _next, _rows, _usable
+from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
+from nbcast.scheduler.slots import (
+    EPSILON,
+    active_runs,
+    due_slots,
+    next_fire,
+    slot_rows,
+    usable,
+)
 
 __all__ = ["backfill", "pause", "resume", "run_now"]
 
@@ -96,27 +104,31 @@ def resume(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> Re
         state = _state(db, session, materializer, definition)
         if not state.paused:
             return None
-        plan = _usable(
-            materializer._plan_rows(session, [(definition.id, state.schedule_version)]).get(
+        plan = usable(
+            materializer.plans.load(session, [(definition.id, state.schedule_version)]).get(
                 (definition.id, state.schedule_version)
             )
         )
         paused_at = state.paused_at or now
         before = (
-            _due(plan, state.watermark, min(paused_at, now)) if paused_at > state.watermark else []
+            due_slots(plan, state.watermark, min(paused_at, now))
+            if paused_at > state.watermark
+            else []
         )
-        active = materializer._active(session, [definition.id]).get(definition.id, ActiveRuns())
+        active = active_runs(session, [definition.id]).get(definition.id, ActiveRuns())
         outcome = decide(before, now, plan.schedule, active) if before and plan.schedule else None
-        rows = _rows(definition.id, plan, outcome.items if outcome else [], RunKind.scheduled, now)
+        rows = slot_rows(
+            definition.id, plan, outcome.items if outcome else [], RunKind.scheduled, now
+        )
         watermark = before[-1].fire_at if before else state.watermark
-        during = _due(plan, watermark, now)
+        during = due_slots(plan, watermark, now)
         skipped = [Decision(s, RunState.SKIPPED, Reason.paused) for s in during]
-        rows += _rows(definition.id, plan, skipped, RunKind.scheduled, now)
+        rows += slot_rows(definition.id, plan, skipped, RunKind.scheduled, now)
         insert_many_ignore(session, Run, rows)
         if during:
             watermark = during[-1].fire_at
         state.watermark = watermark
-        state.next_fire_at = _next(plan, watermark)
+        state.next_fire_at = next_fire(plan, watermark)
         state.paused, state.paused_at = False, None
         state.updated_at, state.updated_by = now, by
         return ResumeResult(len(before), len(during))
@@ -141,13 +153,13 @@ def backfill(
     with db.session() as session:
         definition = _definition(session, tenant, name)
         state = _state(db, session, materializer, definition)
-        if end > state.watermark + _EPSILON:
+        if end > state.watermark + EPSILON:
             raise ScheduleError(
                 f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
                 f"{state.watermark.isoformat()}; later slots are the scheduler's"
             )
-        plan = _usable(
-            materializer._plan_rows(session, [(definition.id, state.schedule_version)]).get(
+        plan = usable(
+            materializer.plans.load(session, [(definition.id, state.schedule_version)]).get(
                 (definition.id, state.schedule_version)
             )
         )
@@ -164,7 +176,7 @@ def backfill(
             else Decision(s, RunState.SKIPPED, s.reason)
             for s in slots
         ]
-        rows = _rows(definition.id, plan, decisions, RunKind.backfill, now)
+        rows = slot_rows(definition.id, plan, decisions, RunKind.backfill, now)
         return BackfillResult(len(slots), insert_many_ignore(session, Run, rows))
 
 

@@ -43,15 +43,12 @@ of ``run_all`` counts per pass.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import islice
 from typing import Any, cast
-from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -59,20 +56,27 @@ from sqlalchemy.orm import Session
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
-from nbcast.definitions.parameters import schema_from_json
-from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
-from nbcast.errors import ScheduleError
-from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunKind, RunState
+from nbcast.definitions.spec import ScheduleSpec
+from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunKind
 from nbcast.faults import crash_point
 from nbcast.limits import MAX_SLOTS_PER_PASS
-from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
 from nbcast.scheduler.models import ScheduleState
 from nbcast.scheduler.policies import ActiveRuns, Decision, decide
+from nbcast.scheduler.slots import (
+    Plan,
+    PlanCache,
+    PoisonDefinition,
+    active_runs,
+    due_slots,
+    initial_watermark,
+    next_fire,
+    slot_rows,
+    usable,
+)
 
 __all__ = ["Materializer", "TickResult", "initial_watermark"]
 
 log = logging.getLogger(__name__)
-_EPSILON = timedelta(microseconds=1)
 
 
 @dataclass
@@ -93,24 +97,6 @@ class TickResult:
             self.by_state[d.state.value] = self.by_state.get(d.state.value, 0) + 1
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """A compiled version: its spec, schedule and schema-checked parameters — or,
-    for a version that cannot be compiled, why (``error``)."""
-
-    version_id: int
-    version: int
-    tenant_id: int
-    spec: ReportSpec
-    schedule: ScheduleSpec | None
-    compiled: CompiledSchedule | None
-    error: str | None = None
-
-
-class PoisonDefinition(ScheduleError):
-    """A definition that cannot be materialized right now (module docstring)."""
-
-
 _FAILURE_BACKOFF_BASE = 30.0
 _FAILURE_BACKOFF_CAP = 3600.0
 
@@ -128,23 +114,6 @@ def describe_failure(exc: BaseException) -> str:
     if not isinstance(exc, PoisonDefinition):
         text = f"{type(exc).__name__}: {text}"
     return text[:500]
-
-
-def initial_watermark(first_publish: datetime, schedule: ScheduleSpec | None) -> datetime:
-    """Where a new definition's materialization starts (module docstring)."""
-    if schedule is None or schedule.start is None or schedule.every is not None:
-        return first_publish
-    start = schedule.start.replace(tzinfo=ZoneInfo(schedule.timezone))
-    # The watermark is exclusive; a slot exactly at ``start`` must be materialized.
-    return max(first_publish, start.astimezone(first_publish.tzinfo) - _EPSILON)
-
-
-def _jitter(schedule: ScheduleSpec, definition_id: int, key: str) -> timedelta:
-    if not schedule.jitter:
-        return timedelta(0)
-    digest = hashlib.sha256(f"{definition_id}/{key}".encode()).digest()
-    share = int.from_bytes(digest[:8], "big") / 2**64
-    return timedelta(seconds=int(schedule.jitter.total_seconds() * share))
 
 
 class Materializer:
@@ -171,63 +140,11 @@ class Materializer:
         # (SKIP LOCKED keeps them apart), so the database inserts one batch while
         # Python prepares the next. SQLite has one writer, so one thread.
         self.threads = threads if db.dialect == "postgresql" else 1
-        self._plans: dict[int, _Plan] = {}
+        self.plans = PlanCache()
         self._synced_through: int | None = None
         self._incomplete = False
 
     # -- plans ------------------------------------------------------------------
-
-    def plan(
-        self,
-        version_id: int,
-        version: int,
-        tenant_id: int,
-        block: dict[str, Any],
-        schema: list[dict[str, Any]],
-    ) -> _Plan:
-        """The compiled form of one stored version (cached by version id)."""
-        cached = self._plans.get(version_id)
-        if cached is not None:
-            return cached
-        try:
-            spec = parse_spec(block, schema_from_json(schema))
-            compiled = compile_schedule(spec.schedule) if spec.schedule else None
-            plan = _Plan(version_id, version, tenant_id, spec, spec.schedule, compiled)
-        except Exception as exc:  # a poison version: recorded on its definition
-            plan = _Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
-        if len(self._plans) > 100_000:
-            self._plans.clear()
-        self._plans[version_id] = plan
-        return plan
-
-    def _plan_rows(
-        self, session: Session, keys: Sequence[tuple[int, int]]
-    ) -> dict[tuple[int, int], _Plan]:
-        """Plans for (definition_id, version) pairs, loading uncached versions at once."""
-        plans: dict[tuple[int, int], _Plan] = {}
-        wanted = set(keys)
-        ids = sorted({definition_id for definition_id, _ in wanted})
-        for start in range(0, len(ids), 1000):  # bounded IN lists
-            # A plain IN on definition_id uses the index; a row-value IN does not.
-            rows = session.execute(
-                sa.select(
-                    DefinitionVersion.id,
-                    DefinitionVersion.definition_id,
-                    DefinitionVersion.version,
-                    DefinitionVersion.tenant_id,
-                    DefinitionVersion.spec,
-                    DefinitionVersion.parameter_schema,
-                ).where(
-                    DefinitionVersion.definition_id.in_(ids[start : start + 1000]),
-                    DefinitionVersion.version.in_({v for _, v in wanted}),
-                )
-            ).all()
-            for r in rows:
-                if (r.definition_id, r.version) in wanted:
-                    plans[(r.definition_id, r.version)] = self.plan(
-                        r.id, r.version, r.tenant_id, r.spec, r.parameter_schema
-                    )
-        return plans
 
     # -- sync -------------------------------------------------------------------
 
@@ -272,7 +189,7 @@ class Materializer:
 
     def _sync_chunk(self, session: Session, rows: Sequence[Any]) -> int:
         changed = 0
-        plans = self._plan_rows(session, [(r.id, r.latest_version) for r in rows])
+        plans = self.plans.load(session, [(r.id, r.latest_version) for r in rows])
         fresh = [r for r in rows if r.schedule_version is None]
         if fresh:
             firsts = dict(
@@ -303,9 +220,9 @@ class Materializer:
                     "failed_at": None,
                 }
                 try:
-                    plan = _usable(plan)
+                    plan = usable(plan)
                     watermark = initial_watermark(first, plan.schedule)
-                    fresh_state.update(watermark=watermark, next_fire_at=_next(plan, watermark))
+                    fresh_state.update(watermark=watermark, next_fire_at=next_fire(plan, watermark))
                 except Exception as exc:  # a poison definition: recorded, retried later
                     log.warning("definition %d cannot be scheduled: %s", r.id, exc)
                     fresh_state.update(
@@ -334,8 +251,8 @@ class Materializer:
             state.updated_at = now
             state.updated_by = self.name
             try:
-                state.next_fire_at = _next(
-                    _usable(plans.get((r.id, r.latest_version))), state.watermark
+                state.next_fire_at = next_fire(
+                    usable(plans.get((r.id, r.latest_version))), state.watermark
                 )
                 state.error, state.failures = None, 0
             except Exception as exc:  # the new version is poison: recorded, retried later
@@ -415,8 +332,8 @@ class Materializer:
             ).all()
             if not states:
                 return 0
-            plans = self._plan_rows(session, [(s[0], s[1]) for s in states])
-            active = self._active(session, [s[0] for s in states])
+            plans = self.plans.load(session, [(s[0], s[1]) for s in states])
+            active = active_runs(session, [s[0] for s in states])
             work: list[_Work] = []
             failed: dict[int, tuple[int, BaseException]] = {}
             for definition_id, version, watermark, failures in states:
@@ -424,7 +341,7 @@ class Materializer:
                     work.append(
                         self._work(
                             definition_id,
-                            _usable(plans.get((definition_id, version))),
+                            usable(plans.get((definition_id, version))),
                             watermark,
                             now,
                             active.get(definition_id, ActiveRuns()),
@@ -460,17 +377,17 @@ class Materializer:
     def _work(
         self,
         definition_id: int,
-        plan: _Plan,
+        plan: Plan,
         watermark: datetime,
         now: datetime,
         active: ActiveRuns,
     ) -> _Work:
         """What one definition's pass writes: its rows and its new watermark."""
-        slots = _due(plan, watermark, now, limit=MAX_SLOTS_PER_PASS + 1)
+        slots = due_slots(plan, watermark, now, limit=MAX_SLOTS_PER_PASS + 1)
         more = len(slots) > MAX_SLOTS_PER_PASS
         slots = slots[:MAX_SLOTS_PER_PASS]
         outcome = decide(slots, now, plan.schedule or ScheduleSpec(), active, more_due=more)
-        rows = _rows(definition_id, plan, outcome.items, RunKind.scheduled, now)
+        rows = slot_rows(definition_id, plan, outcome.items, RunKind.scheduled, now)
         if slots:
             watermark = slots[-1].fire_at
         return _Work(
@@ -478,7 +395,7 @@ class Materializer:
             rows=rows,
             decisions=outcome.items,
             cancel_active=outcome.cancel_active,
-            move={"d": definition_id, "w": watermark, "n": _next(plan, watermark), "u": now},
+            move={"d": definition_id, "w": watermark, "n": next_fire(plan, watermark), "u": now},
         )
 
     def _write(self, session: Session, work: list[_Work], now: datetime) -> int:
@@ -533,22 +450,6 @@ class Materializer:
     def _insert(self, session: Session, rows: list[dict[str, Any]]) -> int:
         return insert_many_ignore(session, Run, rows)
 
-    def _active(self, session: Session, ids: list[int]) -> dict[int, ActiveRuns]:
-        counts: dict[int, ActiveRuns] = {}
-        rows = session.execute(
-            sa.select(Run.definition_id, Run.state, sa.func.count())
-            .where(Run.definition_id.in_(ids), Run.state.in_([s.value for s in ACTIVE_STATES]))
-            .group_by(Run.definition_id, Run.state)
-        ).all()
-        for definition_id, state, count in rows:
-            current = counts.get(definition_id, ActiveRuns())
-            if state == RunState.QUEUED:
-                current = ActiveRuns(current.queued + count, current.started)
-            else:
-                current = ActiveRuns(current.queued, current.started + count)
-            counts[definition_id] = current
-        return counts
-
     def _request_cancels(self, session: Session, definition_ids: list[int], now: datetime) -> None:
         # Runs queued by this very pass are excluded: they are the replacements.
         targets = session.execute(
@@ -593,46 +494,3 @@ def _sync_candidates() -> Any:
         .outerjoin(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)
         .where(ReportDefinition.latest_version > 0)
     )
-
-
-def _usable(plan: _Plan | None) -> _Plan:
-    """``plan``, or :class:`PoisonDefinition` saying why it cannot be used."""
-    if plan is None:
-        raise PoisonDefinition("its version could not be loaded")
-    if plan.error is not None:
-        raise PoisonDefinition(f"its version cannot be compiled: {plan.error}")
-    return plan
-
-
-def _next(plan: _Plan, watermark: datetime) -> datetime | None:
-    return plan.compiled.next_fire_after(watermark) if plan.compiled else None
-
-
-def _due(plan: _Plan, watermark: datetime, now: datetime, limit: int | None = None) -> list[Slot]:
-    if plan.compiled is None:
-        return []
-    return list(islice(plan.compiled.slots(watermark + _EPSILON, now + _EPSILON), limit))
-
-
-def _rows(
-    definition_id: int, plan: _Plan, decisions: Iterable[Decision], kind: RunKind, now: datetime
-) -> list[dict[str, Any]]:
-    schedule = plan.schedule or ScheduleSpec()
-    return [
-        {
-            "tenant_id": plan.tenant_id,
-            "definition_id": definition_id,
-            "version_id": plan.version_id,
-            "version": plan.version,
-            "kind": kind.value,
-            "slot_key": d.slot.key,
-            "fire_at": d.slot.fire_at,
-            "state": d.state.value,
-            "reason": d.reason,
-            "parameters": plan.spec.parameters,
-            "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
-            "not_before": d.slot.fire_at + _jitter(schedule, definition_id, d.slot.key),
-            "created_at": now,
-        }
-        for d in decisions
-    ]

@@ -103,7 +103,7 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
         "NBCAST_DATABASE_URL": pg_url,
         "NBCAST_CLOCK": f"accelerated:{START.isoformat()}:{FACTOR}",
         "NBCAST_CLOCK_EPOCH": str(epoch),
-        "NBCAST_CRASH_AT": "after_runs_insert:0.02,after_watermark_update:0.02",
+        "NBCAST_CRASH_AT": "after_runs_insert:0.02,after_watermark_update:0.02,after_commit:0.02",
         "NBCAST_HOME": str(tmp_path / "home"),
     }
     real_seconds = (END - START).total_seconds() / FACTOR

@@ -1,0 +1,213 @@
+"""Slots of one definition: its compiled plan, which slots are due, the rows they
+become — the pieces the materializer and the scheduler's commands (pause, resume,
+backfill) share.
+
+A :class:`Plan` is one stored version compiled: its parsed spec, its schedule and
+the :class:`~nbcast.scheduler.compiler.CompiledSchedule` — or, for a version that can
+no longer be compiled (a *poison* definition), why not (``error``). :class:`PlanCache`
+compiles each version once per process. :func:`due_slots` lists the slots after a
+watermark up to an instant; :func:`slot_rows` turns decided slots into ``runs`` rows
+(the version's parameters, the deterministic jitter share, whether the run is
+serial); :func:`active_runs` counts what the overlap policy needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.definitions.models import DefinitionVersion
+from nbcast.definitions.parameters import schema_from_json
+from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
+from nbcast.errors import ScheduleError
+from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
+from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
+from nbcast.scheduler.policies import ActiveRuns, Decision
+
+__all__ = [
+    "EPSILON",
+    "Plan",
+    "PlanCache",
+    "PoisonDefinition",
+    "active_runs",
+    "due_slots",
+    "initial_watermark",
+    "next_fire",
+    "slot_rows",
+    "usable",
+]
+
+EPSILON = timedelta(microseconds=1)
+"""Watermarks are exclusive: the next slot fires strictly after one."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled version: its spec, schedule and schema-checked parameters — or,
+    for a version that cannot be compiled, why (``error``)."""
+
+    version_id: int
+    version: int
+    tenant_id: int
+    spec: ReportSpec
+    schedule: ScheduleSpec | None
+    compiled: CompiledSchedule | None
+    error: str | None = None
+
+
+class PoisonDefinition(ScheduleError):
+    """A definition that cannot be materialized right now (module docstring)."""
+
+
+class PlanCache:
+    """Compiled plans by version id, compiled once per process (bounded)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[int, Plan] = {}
+
+    def plan(  # a version compiled, or the reason it cannot be
+        self,
+        version_id: int,
+        version: int,
+        tenant_id: int,
+        block: dict[str, Any],
+        schema: list[dict[str, Any]],
+    ) -> Plan:
+        """The compiled form of one stored version (cached by version id)."""
+        cached = self._plans.get(version_id)
+        if cached is not None:
+            return cached
+        try:
+            spec = parse_spec(block, schema_from_json(schema))
+            compiled = compile_schedule(spec.schedule) if spec.schedule else None
+            plan = Plan(version_id, version, tenant_id, spec, spec.schedule, compiled)
+        except Exception as exc:  # a poison version: recorded on its definition
+            plan = Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
+        if len(self._plans) > 100_000:
+            self._plans.clear()
+        self._plans[version_id] = plan
+        return plan
+
+    def load(
+        self, session: Session, keys: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], Plan]:
+        """Plans for (definition_id, version) pairs, loading uncached versions at once."""
+        plans: dict[tuple[int, int], Plan] = {}
+        wanted = set(keys)
+        ids = sorted({definition_id for definition_id, _ in wanted})
+        for start in range(0, len(ids), 1000):  # bounded IN lists
+            # A plain IN on definition_id uses the index; a row-value IN does not.
+            rows = session.execute(
+                sa.select(
+                    DefinitionVersion.id,
+                    DefinitionVersion.definition_id,
+                    DefinitionVersion.version,
+                    DefinitionVersion.tenant_id,
+                    DefinitionVersion.spec,
+                    DefinitionVersion.parameter_schema,
+                ).where(
+                    DefinitionVersion.definition_id.in_(ids[start : start + 1000]),
+                    DefinitionVersion.version.in_({v for _, v in wanted}),
+                )
+            ).all()
+            for r in rows:
+                if (r.definition_id, r.version) in wanted:
+                    plans[(r.definition_id, r.version)] = self.plan(
+                        r.id, r.version, r.tenant_id, r.spec, r.parameter_schema
+                    )
+        return plans
+
+
+def active_runs(session: Session, ids: list[int]) -> dict[int, ActiveRuns]:
+    """How many runs of each definition in ``ids`` are QUEUED and under way."""
+    counts: dict[int, ActiveRuns] = {}
+    rows = session.execute(
+        sa.select(Run.definition_id, Run.state, sa.func.count())
+        .where(Run.definition_id.in_(ids), Run.state.in_([s.value for s in ACTIVE_STATES]))
+        .group_by(Run.definition_id, Run.state)
+    ).all()
+    for definition_id, state, count in rows:
+        current = counts.get(definition_id, ActiveRuns())
+        if state == RunState.QUEUED:
+            current = ActiveRuns(current.queued + count, current.started)
+        else:
+            current = ActiveRuns(current.queued, current.started + count)
+        counts[definition_id] = current
+    return counts
+
+
+def initial_watermark(first_publish: datetime, schedule: ScheduleSpec | None) -> datetime:
+    """Where a new definition's materialization starts (module docstring)."""
+    if schedule is None or schedule.start is None or schedule.every is not None:
+        return first_publish
+    start = schedule.start.replace(tzinfo=ZoneInfo(schedule.timezone))
+    # The watermark is exclusive; a slot exactly at ``start`` must be materialized.
+    return max(first_publish, start.astimezone(first_publish.tzinfo) - EPSILON)
+
+
+def jitter_of(schedule: ScheduleSpec, definition_id: int, key: str) -> timedelta:
+    """A slot's deterministic share of the schedule's ``jitter`` (a hash of the
+    definition and the slot key), so replays compute the same ``not_before``."""
+    if not schedule.jitter:
+        return timedelta(0)
+    digest = hashlib.sha256(f"{definition_id}/{key}".encode()).digest()
+    share = int.from_bytes(digest[:8], "big") / 2**64
+    return timedelta(seconds=int(schedule.jitter.total_seconds() * share))
+
+
+def usable(plan: Plan | None) -> Plan:
+    """``plan``, or :class:`PoisonDefinition` saying why it cannot be used."""
+    if plan is None:
+        raise PoisonDefinition("its version could not be loaded")
+    if plan.error is not None:
+        raise PoisonDefinition(f"its version cannot be compiled: {plan.error}")
+    return plan
+
+
+def next_fire(plan: Plan, watermark: datetime) -> datetime | None:
+    """The first fire time after ``watermark`` (None: the schedule never fires again)."""
+    return plan.compiled.next_fire_after(watermark) if plan.compiled else None
+
+
+def due_slots(
+    plan: Plan, watermark: datetime, now: datetime, limit: int | None = None
+) -> list[Slot]:
+    """The slots firing after ``watermark`` up to and including ``now`` (at most
+    ``limit``), in fire order."""
+    if plan.compiled is None:
+        return []
+    return list(islice(plan.compiled.slots(watermark + EPSILON, now + EPSILON), limit))
+
+
+def slot_rows(
+    definition_id: int, plan: Plan, decisions: Iterable[Decision], kind: RunKind, now: datetime
+) -> list[dict[str, Any]]:
+    """The ``runs`` rows of decided slots: pinned to the plan's version, with its
+    parameters; serial unless the overlap policy is ``allow`` (backfills always are)."""
+    schedule = plan.schedule or ScheduleSpec()
+    return [
+        {
+            "tenant_id": plan.tenant_id,
+            "definition_id": definition_id,
+            "version_id": plan.version_id,
+            "version": plan.version,
+            "kind": kind.value,
+            "slot_key": d.slot.key,
+            "fire_at": d.slot.fire_at,
+            "state": d.state.value,
+            "reason": d.reason,
+            "parameters": plan.spec.parameters,
+            "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
+            "not_before": d.slot.fire_at + jitter_of(schedule, definition_id, d.slot.key),
+            "created_at": now,
+        }
+        for d in decisions
+    ]
