@@ -39,7 +39,7 @@ from typing import Any
 from nbcast.definitions.diff import diff_notebooks_bounded
 from nbcast.definitions.diff_render import render_diff
 from nbcast.definitions.notebook import canonical_json, notebook_sha256
-from nbcast.definitions.versions import VersionInfo
+from nbcast.definitions.queries import VersionInfo
 
 MEMORY_CAP = 4 * 1024**3
 

@@ -496,12 +496,12 @@ def test_an_unsubscribe_token_acts_only_within_its_tenant(
 def test_an_internal_error_is_one_line_with_the_log(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nbcast_home: Path
 ) -> None:
-    import nbcast.definitions.versions as versions
+    import nbcast.definitions.queries as queries
 
     def broken(*_: Any, **__: Any) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(versions, "list_definitions", broken)
+    monkeypatch.setattr(queries, "list_definitions", broken)
     code, _out, err = run(capsys, "definitions", "list")
     assert code == 1
     assert len(err.strip().splitlines()) == 1

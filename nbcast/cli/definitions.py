@@ -93,38 +93,39 @@ def definitions() -> None:
 
 
 @definitions.command("list")
+@click.option("--limit", type=click.IntRange(1, 1000), default=None, help="At most this many.")
+@click.option("--after", default=None, help="Continue after this cursor (from --json).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def definitions_list(app: AppContext, as_json: bool) -> None:
-    """List the tenant's report definitions."""
-    from nbcast.definitions.versions import list_definitions
+def definitions_list(app: AppContext, limit: int | None, after: str | None, as_json: bool) -> None:
+    """List the tenant's report definitions, by name."""
+    from nbcast.definitions.queries import list_definitions
 
-    items = list_definitions(app.db, app.settings.tenant)
+    with app.db.session() as session:
+        page = list_definitions(session, app.caller, limit=limit or 1000, after=after)
     if as_json:
-        emit_json(
-            [
-                {
-                    "name": d.name,
-                    "latest_version": d.latest_version,
-                    "schedule": d.schedule,
-                    "source_path": d.source_path,
-                    "updated_at": d.updated_at.isoformat(),
-                    "paused": d.paused,
-                    "schedule_error": d.schedule_error,
-                    "failures": d.failures,
-                }
-                for d in items
-            ]
-        )
+        emit_json([d.to_json() for d in page.items])  # a list, as it always was
+        if page.next_after:
+            click.echo(f"more: --after {page.next_after}", err=True)
         return
     table(
         None,
-        ["name", "version", "schedule", "updated", "status", "source"],
+        ["name", "version", "schedule", "next fire (UTC)", "last run", "status"],
         [
-            (d.name, d.latest_version, d.schedule, when(d.updated_at), _status(d), d.source_path)
-            for d in items
+            (
+                d.name,
+                d.latest_version,
+                d.schedule,
+                when(d.next_fire_at),
+                d.last_run_state or "",
+                _status(d),
+            )
+            for d in page.items
         ],
+        wrap=["schedule", "status"],
     )
+    if page.next_after:
+        click.echo(f"more: --after {page.next_after}")
 
 
 def _status(info: Any) -> str:
@@ -140,27 +141,20 @@ def _status(info: Any) -> str:
 @pass_app
 def definitions_show(app: AppContext, name: str, number: int | None, as_json: bool) -> None:
     """Show one version of a definition: parameters, schedule, outputs, subscriptions."""
-    from dataclasses import asdict
+    from nbcast.definitions.queries import get_definition, get_version
 
-    from nbcast.definitions.versions import get_version, list_definitions
-
-    info = get_version(app.db, app.settings.tenant, name, number)
-    status = list_definitions(app.db, app.settings.tenant, name=name)[0]
+    with app.db.session() as session:
+        info = get_version(session, app.caller, name, number)
+        status = get_definition(session, app.caller, name)
     if as_json:
         emit_json(
             {
-                "definition": info.definition,
-                "version": info.version,
-                "sha256": info.sha256,
-                "author": info.author,
-                "message": info.message,
-                "created_at": info.created_at.isoformat(),
-                "parameters": [asdict(p) for p in info.schema],
-                "nbcast": info.block,
+                **info.to_json(),
                 "paused": status.paused,
-                "next_fire_at": status.next_fire_at.isoformat() if status.next_fire_at else None,
+                "next_fire_at": status.to_json()["next_fire_at"],
                 "schedule_error": status.schedule_error,
                 "failures": status.failures,
+                "last_run": status.to_json()["last_run"],
             }
         )
         return
@@ -171,6 +165,7 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
         "parameters",
         ["name", "type", "default", "help"],
         [(p.name, p.type, json.dumps(p.default), p.help) for p in info.schema],
+        wrap=["default"],
     )
     click.echo("nbcast metadata:")
     click.echo(json.dumps(info.block, indent=2, ensure_ascii=False))
@@ -182,9 +177,10 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
 @pass_app
 def versions(app: AppContext, name: str, as_json: bool) -> None:
     """List every version of definition NAME."""
-    from nbcast.definitions.versions import list_versions
+    from nbcast.definitions.queries import list_versions
 
-    items = list_versions(app.db, app.settings.tenant, name)
+    with app.db.session() as session:
+        items = list_versions(session, app.caller, name)
     if as_json:
         emit_json(
             [
@@ -217,10 +213,11 @@ def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool 
     """Show what changed in definition NAME from version A to version B."""
     from nbcast.definitions.diff import diff_versions
     from nbcast.definitions.diff_render import render_diff
-    from nbcast.definitions.versions import get_version
+    from nbcast.definitions.queries import get_version
 
-    old = get_version(app.db, app.settings.tenant, name, a)
-    new = get_version(app.db, app.settings.tenant, name, b)
+    with app.db.session() as session:
+        old = get_version(session, app.caller, name, a)
+        new = get_version(session, app.caller, name, b)
     if as_json:
         emit_json({"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)})
         return
@@ -243,9 +240,10 @@ def export(app: AppContext, name: str, number: int | None, output: Path) -> None
     """Write a stored version of NAME to a notebook file."""
     import nbformat
 
-    from nbcast.definitions.versions import get_version
+    from nbcast.definitions.queries import get_version
 
-    info = get_version(app.db, app.settings.tenant, name, number)
+    with app.db.session() as session:
+        info = get_version(session, app.caller, name, number)
     output.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nbformat.from_dict(info.notebook), str(output))
     click.echo(f"wrote {name} v{info.version} to {output}")

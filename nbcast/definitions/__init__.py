@@ -32,11 +32,11 @@ _WHERE = {
     "ReportSpec": "spec",
     "parse_spec": "spec",
     "PublishResult": "versions",
-    "VersionInfo": "versions",
-    "get_version": "versions",
-    "list_definitions": "versions",
-    "list_versions": "versions",
     "publish": "versions",
+    "VersionInfo": "queries",
+    "get_version": "queries",
+    "list_definitions": "queries",
+    "list_versions": "queries",
     "diff_versions": "diff",
     "render_diff": "diff_render",
 }
@@ -49,15 +49,14 @@ if TYPE_CHECKING:
         parse_parameters_cell,
         validate_parameters,
     )
-    from nbcast.definitions.spec import ReportSpec, parse_spec
-    from nbcast.definitions.versions import (
-        PublishResult,
+    from nbcast.definitions.queries import (
         VersionInfo,
         get_version,
         list_definitions,
         list_versions,
-        publish,
     )
+    from nbcast.definitions.spec import ReportSpec, parse_spec
+    from nbcast.definitions.versions import PublishResult, publish
 
 
 def __getattr__(name: str) -> Any:

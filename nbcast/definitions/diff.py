@@ -76,7 +76,7 @@ from nbdime.diffing.notebooks import (
 from nbdime.diffing.sequences import diff_strings_by_char
 from nbdime.diffing.snakes import compute_diff_from_snakes, compute_snakes_multilevel
 
-from nbcast.definitions.versions import VersionInfo
+from nbcast.definitions.queries import VersionInfo
 
 __all__ = [
     "CELL_GAP_PAIRS",

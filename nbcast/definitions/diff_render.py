@@ -32,7 +32,7 @@ from nbcast.definitions.diff import (
     Diff,
     diff_notebooks_bounded,
 )
-from nbcast.definitions.versions import VersionInfo
+from nbcast.definitions.queries import VersionInfo
 
 __all__ = ["patch_text", "render_diff"]
 

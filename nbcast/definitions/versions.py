@@ -1,4 +1,6 @@
-"""Publishing report definitions and reading their immutable versions.
+"""Publishing report definitions: a notebook becomes an immutable version.
+
+(Reading definitions and versions back is :mod:`nbcast.definitions.queries`.)
 
 ``publish`` turns a notebook file into a new version of the definition it names:
 
@@ -21,7 +23,6 @@ notebooks cannot silently overwrite each other's report.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,7 +44,6 @@ from nbcast.definitions.notebook import (
 from nbcast.definitions.parameters import (
     Parameter,
     parse_parameters_cell,
-    schema_from_json,
     schema_to_json,
 )
 from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
@@ -51,22 +51,11 @@ from nbcast.errors import (
     DuplicateDefinitionError,
     MetadataError,
     NotebookError,
-    UnknownDefinitionError,
 )
-from nbcast.governance.models import Tenant, User
 from nbcast.governance.tenants import ensure_user, get_tenant
 from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem
 
-__all__ = [
-    "DefinitionInfo",
-    "PublishResult",
-    "VersionInfo",
-    "get_version",
-    "list_definitions",
-    "list_versions",
-    "prepare",
-    "publish",
-]
+__all__ = ["PreparedVersion", "PublishResult", "prepare", "publish"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,49 +69,6 @@ class PreparedVersion:
     schema: tuple[Parameter, ...]
     spec: ReportSpec
     block: dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class VersionInfo:
-    """One published version, as read back."""
-
-    definition: str
-    version: int
-    sha256: str
-    author: str
-    message: str
-    created_at: datetime
-    schema: tuple[Parameter, ...]
-    block: dict[str, Any]
-    notebook_json: str
-
-    @property
-    def notebook(self) -> dict[str, Any]:
-        """The stored (normalized) notebook."""
-        return dict(json.loads(self.notebook_json))
-
-    @property
-    def spec(self) -> ReportSpec:
-        """The parsed ``nbcast`` block of this version."""
-        return parse_spec(self.block, self.schema)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DefinitionInfo:
-    """A definition and a summary of its latest version."""
-
-    id: int
-    name: str
-    source_path: str
-    latest_version: int
-    created_at: datetime
-    updated_at: datetime
-    schedule: str
-    paused: bool = False
-    next_fire_at: datetime | None = None
-    schedule_error: str | None = None
-    """Why the scheduler could not materialize it lately (it is retried with backoff)."""
-    failures: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,111 +211,3 @@ def _latest(session: Session, definition: ReportDefinition) -> DefinitionVersion
             DefinitionVersion.version == definition.latest_version,
         )
     )
-
-
-def _definition(session: Session, tenant: Tenant, name: str) -> ReportDefinition:
-    definition = session.scalar(
-        sa.select(ReportDefinition).where(
-            ReportDefinition.tenant_id == tenant.id, ReportDefinition.name == name
-        )
-    )
-    if definition is None:
-        raise UnknownDefinitionError(f"no definition named {name!r} in tenant {tenant.name!r}")
-    return definition
-
-
-def _info(definition: ReportDefinition, version: DefinitionVersion, author: str) -> VersionInfo:
-    return VersionInfo(
-        definition=definition.name,
-        version=version.version,
-        sha256=version.sha256,
-        author=author,
-        message=version.message,
-        created_at=version.created_at,
-        schema=schema_from_json(version.parameter_schema),
-        block=dict(version.spec),
-        notebook_json=version.notebook_json,
-    )
-
-
-def get_version(db: Database, tenant: str, name: str, version: int | None = None) -> VersionInfo:
-    """Version ``version`` (default: the latest) of definition ``name``."""
-    with db.session() as session:
-        definition = _definition(session, get_tenant(session, tenant), name)
-        number = definition.latest_version if version is None else version
-        row = session.execute(
-            sa.select(DefinitionVersion, User.name)
-            .join(User, User.id == DefinitionVersion.author_id)
-            .where(
-                DefinitionVersion.definition_id == definition.id,
-                DefinitionVersion.version == number,
-            )
-        ).first()
-        if row is None:
-            raise UnknownDefinitionError(
-                f"definition {name!r} has no version {number} (latest is "
-                f"{definition.latest_version})"
-            )
-        return _info(definition, row[0], row[1])
-
-
-def list_versions(db: Database, tenant: str, name: str) -> list[VersionInfo]:
-    """Every version of definition ``name``, oldest first."""
-    with db.session() as session:
-        definition = _definition(session, get_tenant(session, tenant), name)
-        rows = session.execute(
-            sa.select(DefinitionVersion, User.name)
-            .join(User, User.id == DefinitionVersion.author_id)
-            .where(DefinitionVersion.definition_id == definition.id)
-            .order_by(DefinitionVersion.version)
-        ).all()
-        return [_info(definition, version, author) for version, author in rows]
-
-
-def _schedule_summary(block: dict[str, Any]) -> str:
-    schedule = block.get("schedule") or {}
-    what = schedule.get("cron") or (f"every {schedule['every']}" if "every" in schedule else "")
-    if not what:
-        return "manual"
-    return f"{what} ({schedule.get('timezone', 'UTC')})"
-
-
-def list_definitions(db: Database, tenant: str, *, name: str | None = None) -> list[DefinitionInfo]:
-    """Every definition of ``tenant`` (or the one called ``name``), by name, with its
-    latest version's schedule and the scheduler's state of it."""
-    from nbcast.scheduler.models import ScheduleState  # a read of the scheduler's rows
-
-    with db.session() as session:
-        owner = get_tenant(session, tenant)
-        query = (
-            sa.select(ReportDefinition, DefinitionVersion, ScheduleState)
-            .join(
-                DefinitionVersion,
-                sa.and_(
-                    DefinitionVersion.definition_id == ReportDefinition.id,
-                    DefinitionVersion.version == ReportDefinition.latest_version,
-                ),
-            )
-            .outerjoin(ScheduleState, ScheduleState.definition_id == ReportDefinition.id)
-            .where(ReportDefinition.tenant_id == owner.id)
-            .order_by(ReportDefinition.name)
-        )
-        if name is not None:
-            query = query.where(ReportDefinition.name == name)
-        rows = session.execute(query).all()
-        return [
-            DefinitionInfo(
-                id=d.id,
-                name=d.name,
-                source_path=d.source_path,
-                latest_version=d.latest_version,
-                created_at=d.created_at,
-                updated_at=v.created_at,
-                schedule=_schedule_summary(v.spec),
-                paused=bool(state and state.paused),
-                next_fire_at=state.next_fire_at if state else None,
-                schedule_error=state.error if state else None,
-                failures=state.failures if state else 0,
-            )
-            for d, v, state in rows
-        ]

@@ -31,7 +31,9 @@ from nbcast.definitions.diff import (
 )
 from nbcast.definitions.diff_render import patch_text, render_diff
 from nbcast.definitions.notebook import canonical_json, notebook_sha256
-from nbcast.definitions.versions import VersionInfo, get_version, publish
+from nbcast.definitions.queries import VersionInfo
+from nbcast.definitions.versions import publish
+from tests.definitions.reads import get_version
 from tests.notebooks import make_notebook
 
 

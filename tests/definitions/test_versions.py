@@ -10,8 +10,9 @@ import pytest
 from nbcast.db import Database
 from nbcast.definitions.diff import diff_versions
 from nbcast.definitions.diff_render import render_diff
-from nbcast.definitions.versions import get_version, list_definitions, list_versions, publish
+from nbcast.definitions.versions import publish
 from nbcast.errors import DuplicateDefinitionError, UnknownDefinitionError
+from tests.definitions.reads import get_version, list_definitions, list_versions
 from tests.notebooks import make_notebook
 
 BLOCK = {

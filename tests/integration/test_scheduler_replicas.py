@@ -25,12 +25,13 @@ import sqlalchemy as sa
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
-from nbcast.definitions.versions import get_version, publish
+from nbcast.definitions.versions import publish
 from nbcast.executor.models import Run
 from nbcast.governance.models import ServiceHeartbeat
 from nbcast.scheduler.compiler import compile_schedule
 from nbcast.scheduler.materializer import initial_watermark
 from nbcast.scheduler.models import ScheduleState
+from tests.definitions.reads import get_version
 from tests.notebooks import make_notebook
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
