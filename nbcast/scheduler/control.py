@@ -34,7 +34,7 @@ from nbcast.governance.tenants import get_tenant
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
-from nbcast.scheduler.policies import ActiveRuns, Decision, Reason, decide
+from nbcast.scheduler.policies import ActiveRuns, Decision, SlotReason, decide
 from nbcast.scheduler.slots import (
     EPSILON,
     active_runs,
@@ -122,7 +122,7 @@ def resume(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> Re
         )
         watermark = before[-1].fire_at if before else state.watermark
         during = due_slots(plan, watermark, now)
-        skipped = [Decision(s, RunState.SKIPPED, Reason.paused) for s in during]
+        skipped = [Decision(s, RunState.SKIPPED, SlotReason.paused) for s in during]
         rows += slot_rows(definition.id, plan, skipped, RunKind.scheduled, now)
         insert_many_ignore(session, Run, rows)
         if during:

@@ -40,23 +40,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
 from nbcast.executor.models import RunState
 from nbcast.scheduler.compiler import Slot, SlotStatus
 
-__all__ = ["ActiveRuns", "Decision", "Reason", "decide"]
+__all__ = ["ActiveRuns", "Decision", "SlotReason", "decide"]
 
 
-class Reason:
-    """The reasons a slot is recorded without running."""
+class SlotReason(StrEnum):
+    """Why a slot is recorded without running (the ``reason`` of a SKIPPED or MISSED row)."""
 
     dst_gap = "dst_gap"
+    """The wall time does not exist (spring forward) and the gap policy skips it."""
     misfire = "misfire"
+    """Materialized past fire time + grace under misfire policy ``skip``."""
     superseded = "superseded"
+    """Missed, and a newer due slot runs instead (``run_latest``)."""
     catchup_cap = "catchup_cap"
+    """Missed beyond ``max_catchup`` (``run_all``)."""
     overlap = "overlap"
+    """An earlier run of the definition was still queued or running."""
     paused = "paused"
+    """It fell while the definition was paused (recorded on resume)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,7 @@ def decide(
     runnable = [i for i, s in enumerate(slots) if s.status is SlotStatus.scheduled]
     for i, slot in enumerate(slots):
         if slot.status is not SlotStatus.scheduled:
-            decisions[i] = Decision(slot, RunState.SKIPPED, slot.reason or Reason.dst_gap)
+            decisions[i] = Decision(slot, RunState.SKIPPED, slot.reason or SlotReason.dst_gap)
 
     candidates: list[int] = []
     latest = runnable[-1] if runnable and not more_due else None
@@ -122,15 +129,15 @@ def decide(
             if i == latest:
                 candidates.append(i)
             else:
-                decisions[i] = Decision(slot, RunState.MISSED, Reason.superseded)
+                decisions[i] = Decision(slot, RunState.MISSED, SlotReason.superseded)
         elif schedule.misfire is MisfirePolicy.run_all:
             if caught_up < schedule.max_catchup:
                 caught_up += 1
                 candidates.append(i)
             else:
-                decisions[i] = Decision(slot, RunState.MISSED, Reason.catchup_cap)
+                decisions[i] = Decision(slot, RunState.MISSED, SlotReason.catchup_cap)
         else:
-            decisions[i] = Decision(slot, RunState.MISSED, Reason.misfire)
+            decisions[i] = Decision(slot, RunState.MISSED, SlotReason.misfire)
 
     cancel_active = False
     queued, started = active.queued, active.started
@@ -151,5 +158,5 @@ def decide(
             queued += 1
             decisions[i] = Decision(slot, RunState.QUEUED)
         else:
-            decisions[i] = Decision(slot, RunState.SKIPPED, Reason.overlap)
+            decisions[i] = Decision(slot, RunState.SKIPPED, SlotReason.overlap)
     return Decisions([decisions[i] for i in range(len(slots))], cancel_active)

@@ -203,7 +203,7 @@ def slot_rows(
             "slot_key": d.slot.key,
             "fire_at": d.slot.fire_at,
             "state": d.state.value,
-            "reason": d.reason,
+            "reason": None if d.reason is None else str(d.reason),
             "parameters": plan.spec.parameters,
             "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
             "not_before": d.slot.fire_at + jitter_of(schedule, definition_id, d.slot.key),
