@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from nbcast.db import Database
+from nbcast.testing.postgres import scratch_database as scratch_pg_database
 
 ADMIN = os.environ.get("NBCAST_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -53,22 +51,8 @@ def trivial_notebook(folder: Path, name: str = "trivial") -> Path:
 
 @contextmanager
 def scratch_database() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database, dropped afterwards."""
-    admin = sa.create_engine(ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"nbcast_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.engine.make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
-    try:
+    """A fresh, migrated PostgreSQL database on ``$NBCAST_BENCH_PG``'s server, dropped
+    afterwards (:func:`nbcast.testing.postgres.scratch_database`)."""
+    with scratch_pg_database(ADMIN, prefix="nbcast_bench") as url:
         Database.open(url).dispose()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-                ),
-                {"n": name},
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()

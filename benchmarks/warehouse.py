@@ -22,7 +22,6 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from nbcast import warehouse
+from nbcast.testing.postgres import PostgresUnavailable, scratch_database
 
 PG_ADMIN_URL = os.environ.get(
     "NBCAST_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -124,15 +124,14 @@ def bench_duckdb(folder: Path, rows: int, repeat: int) -> dict[str, Any]:
 
 
 def bench_postgres(rows: int, repeat: int) -> dict[str, Any]:
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"nbcast_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        return {"skipped": str(exc.orig).splitlines()[0]}
-    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        with scratch_database(PG_ADMIN_URL, prefix="nbcast_bench") as url:
+            return _bench_postgres(url, rows, repeat)
+    except PostgresUnavailable as exc:
+        return {"skipped": str(exc)}
+
+
+def _bench_postgres(url: str, rows: int, repeat: int) -> dict[str, Any]:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
@@ -169,15 +168,6 @@ def bench_postgres(rows: int, repeat: int) -> dict[str, Any]:
     finally:
         warehouse.reset()
         engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-                ),
-                {"n": name},
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
 
 
 def main() -> None:

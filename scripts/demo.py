@@ -11,8 +11,9 @@
 6. runs the queued reports through ``nbcast worker --engine ray`` (a local Ray),
    each executed with papermill on a pre-started kernel, and copies the executed
    notebooks out of the content-addressed artifact store,
-7. starts a local SMTP mailbox (aiosmtpd, in this process, on 127.0.0.1 and a free
-   port) that writes every message it receives to ``mailbox/NNN-<recipient>.eml``,
+7. starts a local SMTP mailbox (:mod:`nbcast.testing.smtp`: aiosmtpd, in this process,
+   on 127.0.0.1 and a free port) that writes every message it receives to
+   ``mailbox/NNN-<recipient>.eml``,
 8. runs ``nbcast delivery-worker --exit-when-idle`` against it: the succeeded runs
    are rendered to the formats their definitions list (HTML, PDF, XLSX, CSV) and
    delivered to their subscribers by email and as signed links,
@@ -43,18 +44,18 @@ import contextlib
 import io
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes
 from email.policy import default as default_policy
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nbcast.testing.smtp import FakeSMTPServer
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "notebooks" / "examples"
@@ -120,54 +121,17 @@ def edit_daily_sales(path: Path) -> None:
     path.write_text(json.dumps(nb, indent=1))
 
 
-class Mailbox:
-    """An aiosmtpd handler that writes each message to ``NNN-<recipient>.eml``."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.files: list[Path] = []
-        self._lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        raw = envelope.original_content or envelope.content or b""
-        if isinstance(raw, str):
-            raw = raw.encode()
-        with self._lock:
-            for recipient in envelope.rcpt_tos:
-                safe = re.sub(r"[^A-Za-z0-9@._+-]", "_", recipient)[:100]
-                path = self.folder / f"{len(self.files) + 1:03d}-{safe}.eml"
-                path.write_bytes(raw)
-                self.files.append(path)
-        return "250 2.0.0 Ok: saved"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_mailbox(folder: Path) -> tuple[Any, Mailbox, int]:
-    """A started aiosmtpd Controller on 127.0.0.1:<free port> writing into ``folder``."""
+def start_mailbox(folder: Path) -> FakeSMTPServer:
+    """nbcast's local SMTP mailbox on 127.0.0.1:<free port>, writing into ``folder``."""
     try:
-        from aiosmtpd.controller import Controller
-    except ImportError:
-        raise SystemExit("demo failed: aiosmtpd is missing; run `make demo` (dev extra)") from None
-    folder.mkdir(parents=True)
-    mailbox = Mailbox(folder)
-    for _ in range(5):  # the port is free when chosen; retry if someone takes it first
-        port = free_port()
-        controller = Controller(
-            mailbox, hostname="127.0.0.1", port=port, server_hostname="mailbox.nbcast-demo"
-        )
-        try:
-            controller.start()
-        except (OSError, RuntimeError):
-            continue
-        return controller, mailbox, port
-    raise SystemExit("demo failed: could not start the local SMTP mailbox")
+        from nbcast.testing.smtp import FakeSMTPServer
+    except ImportError as exc:
+        raise SystemExit(f"demo failed: {exc}; run `make demo` (dev extra)") from None
+    mailbox = FakeSMTPServer(folder=folder, accept_reply="250 2.0.0 Ok: saved")
+    try:
+        return mailbox.start()
+    except RuntimeError as exc:
+        raise SystemExit(f"demo failed: could not start the local SMTP mailbox: {exc}") from None
 
 
 def describe_mail(path: Path) -> str:
@@ -325,7 +289,8 @@ def main() -> int:
         raise SystemExit("demo failed: no run succeeded")
 
     banner("render and deliver (nbcast delivery-worker, email to a local SMTP mailbox)")
-    controller, mailbox, port = start_mailbox(out / "mailbox")
+    mailbox = start_mailbox(out / "mailbox")
+    port = mailbox.port
     print(f"local SMTP mailbox listening on 127.0.0.1:{port}, writing to {mailbox.folder}")
     # The same clock as the report worker above (the real one): see the module docstring.
     delivery_env = {
@@ -341,7 +306,7 @@ def main() -> int:
             "delivery-worker", "--exit-when-idle", "--poll", "0.5", env=delivery_env, timeout=300
         )
     finally:
-        controller.stop()
+        mailbox.stop()
     nbcast("deliveries", "list", env=delivery_env)
     nbcast("links", "list", env=delivery_env)
     deliveries = json.loads(nbcast("deliveries", "list", "--json", env=delivery_env, echo=False))

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import sqlalchemy as sa
 
 from nbcast.db import Base, Database, _import_models
+from nbcast.testing.http import free_port
+from nbcast.testing.postgres import PostgresUnavailable, scratch_database
 
 PG_ADMIN_URL = os.environ.get(
     "NBCAST_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -25,7 +27,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def service_missing(what: str, why: str) -> None:
+def service_missing(what: str, why: str) -> NoReturn:
     """Skip outside CI; fail in CI (a missing service must not pass silently)."""
     message = f"{what} is not available: {why}"
     if IN_CI:
@@ -47,31 +49,17 @@ def nbcast_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @contextlib.contextmanager
 def scratch_pg_database(prefix: str) -> Iterator[str]:
-    """A new, empty PostgreSQL database (its URL), dropped afterwards.
+    """A new, empty PostgreSQL database (its URL), dropped afterwards
+    (:func:`nbcast.testing.postgres.scratch_database` on ``$NBCAST_TEST_PG_URL``).
 
     Skips outside CI, fails under ``CI=true``, when PostgreSQL is not reachable.
     """
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        service_missing("PostgreSQL on 127.0.0.1:5432", str(exc.orig).splitlines()[0])
-    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(scratch_database(PG_ADMIN_URL, prefix=prefix))
+        except PostgresUnavailable as exc:
+            service_missing("PostgreSQL on 127.0.0.1:5432", str(exc))
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-                ),
-                {"n": name},
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -119,14 +107,6 @@ def use_db(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return db_url
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real two-node Ray cluster on this machine, started once per test session.
@@ -143,7 +123,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not ray.exists() or shutil.which("ps") is None:
         service_missing("Ray", "the ray command is not installed")
     temp = Path("/tmp") / f"nbray-{os.getpid()}"  # Ray wants a short socket path
-    port = _free_port()
+    port = free_port()
     # A test cluster on loopback: no token auth (Ray turns it on by itself once a token
     # file exists in ~/.ray, and then refuses a second node started without it).
     os.environ["RAY_AUTH_MODE"] = "disabled"

@@ -454,15 +454,55 @@ def test_an_unwritable_usage_file_is_a_config_error(lake: Path, tmp_path: Path) 
 # --- the module itself -------------------------------------------------------------------
 
 
-def test_importing_the_module_stays_cheap() -> None:
+def test_importing_the_package_stays_cheap() -> None:
     code = (
-        "import sys, nbcast.warehouse; heavy = {'duckdb', 'pandas', 'sqlalchemy', 'numpy'} "
+        "import sys, nbcast.warehouse, nbcast.warehouse.execution; "
+        "heavy = {'duckdb', 'pandas', 'sqlalchemy', 'numpy'} "
         "& set(sys.modules); print(sorted(heavy))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout.strip()
     assert out == "[]"
+
+
+def test_every_name_the_module_had_is_still_importable() -> None:
+    """``nbcast.warehouse`` became a package; notebooks and the executor keep their names."""
+    from nbcast.warehouse import (  # noqa: F401 - importing them is the test
+        DEFAULT_CONNECTION,
+        DEFAULT_LIMITS,
+        ENV_LAKE,
+        ENV_RUN_CONTEXT,
+        KINDS,
+        ConfigError,
+        ConnectionSpec,
+        Limits,
+        QueryLimitExceeded,
+        QueryUsage,
+        RunContext,
+        close,
+        configure,
+        current_context,
+        load_context,
+        query,
+        read_usage,
+        reset,
+        summarize,
+        usage,
+    )
+
+    assert callable(warehouse.query)
+    assert KINDS == ("parquet", "duckdb", "sqlalchemy")
+
+
+def test_reset_forgets_the_context_and_the_figures(lake: Path) -> None:
+    warehouse.configure(context(lake))
+    warehouse.query("select 1")
+    assert warehouse.current_context().tenant == "acme"
+    assert warehouse.usage()
+    warehouse.reset()
+    assert warehouse.current_context().source == "default"
+    assert warehouse.usage() == []
 
 
 def test_public_api_is_documented() -> None:

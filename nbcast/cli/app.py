@@ -63,7 +63,7 @@ class AppContext:
 
 
 pass_app = click.make_pass_decorator(AppContext)
-"""Decorator handing a command its :class:`AppContext`."""
+pass_app.__doc__ = "Pass the command's :class:`AppContext` as its first argument."
 
 
 class InstantType(click.ParamType):  # type: ignore[type-arg]

@@ -1,29 +1,26 @@
-"""The run context of ``nbcast.warehouse`` and the usage records its queries leave.
+"""The run context of :mod:`nbcast.warehouse`: which connections a run may use, its caps.
 
-Notebooks import these names from :mod:`nbcast.warehouse`, which re-exports them; the
-executor reads usage files with :func:`read_usage` and :func:`summarize`.
+Notebooks import these names from :mod:`nbcast.warehouse`, which re-exports them::
+
+    from nbcast import warehouse
+    warehouse.configure({"connections": {"default": {"kind": "parquet", "path": "lake"}}})
+    warehouse.current_context().limits.max_rows   # 1000000
 
 Design decisions
 ----------------
-* **Run context.** The runner writes a JSON file and points ``$NBCAST_RUN_CONTEXT`` at it,
-  or calls :func:`configure`; ``configure`` wins. Without either, the documented default
-  applies: one connection ``default`` = the Parquet folder ``$NBCAST_LAKE`` (empty counts
-  as unset), else ``./lake`` under the current folder; limits 60 s, 1,000,000 rows,
-  256 MiB; no usage file. A malformed context is a :class:`ConfigError`, never a silent
-  fallback. Relative paths in a context file are relative to that file's folder.
+* **Where it comes from.** The runner writes a JSON file and points
+  ``$NBCAST_RUN_CONTEXT`` at it, or calls :func:`configure`; ``configure`` wins. Without
+  either, the documented default applies: one connection ``default`` = the Parquet
+  folder ``$NBCAST_LAKE`` (empty counts as unset), else ``./lake`` under the current
+  folder; limits 60 s, 1,000,000 rows, 256 MiB; no usage file.
+* **Strict.** A malformed context is a :class:`~nbcast.errors.ConfigError`, never a
+  silent fallback. Relative paths in a context file are relative to that file's folder.
   Unknown keys inside ``limits`` or a connection are refused (a typo must not leave a
   cap at its default); unknown top-level keys are ignored, for the runner's future use.
-  A context file is re-read when its mtime or size changes.
-* **Figures.** Every query, failed ones too (with ``error``), appends one JSON line to
-  ``usage_path`` with a single ``O_APPEND`` write and is kept in memory
-  (:func:`usage`). ``rows`` and ``bytes`` are what was fetched into the kernel, also on
-  failure; ``sql_sha256`` hashes the SQL text only, so the same query groups together
-  and parameter values (possibly personal data) are not recorded. A usage file that
-  cannot be written is a ``ConfigError``: an unrecorded query would escape the budget.
-* **Shared state.** The configured context, the cached environment context and the
-  in-memory usage live here, guarded by ``_state_lock``; :mod:`nbcast.warehouse` takes
-  the same lock for its connection cache and clears this state in its ``reset()``.
-* **Import cost.** Only the standard library, like :mod:`nbcast.warehouse`.
+* **Cached.** A context file is re-read when its mtime or size changes. The configured
+  context and the cached file's live here under one lock; :func:`forget` clears both
+  (``warehouse.reset()`` calls it).
+* **Import cost.** Only the standard library: this module loads in every kernel.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +44,11 @@ __all__ = [
     "KINDS",
     "ConnectionSpec",
     "Limits",
-    "QueryUsage",
     "RunContext",
     "configure",
     "current_context",
+    "forget",
     "load_context",
-    "read_usage",
-    "summarize",
-    "usage",
 ]
 
 ENV_RUN_CONTEXT = "NBCAST_RUN_CONTEXT"
@@ -101,48 +95,9 @@ class RunContext:
     source: str = "default"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class QueryUsage:
-    """One query's figures for cost attribution, as written to the usage file."""
-
-    run_id: int | str | None
-    tenant: str
-    connection: str
-    sql_sha256: str
-    rows: int
-    bytes: int
-    seconds: float
-    error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as the JSON object of one usage line."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueryUsage:
-        """Parse one usage line's object; ``ValueError`` when a field is missing or wrong."""
-        try:
-            error = data.get("error")
-            return cls(
-                run_id=data["run_id"],
-                tenant=str(data["tenant"]),
-                connection=str(data["connection"]),
-                sql_sha256=str(data["sql_sha256"]),
-                rows=int(data["rows"]),
-                bytes=int(data["bytes"]),
-                seconds=float(data["seconds"]),
-                error=None if error is None else str(error),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a usage record: {exc!r}") from exc
-
-
-# --- the run context ---------------------------------------------------------------------
-
-_state_lock = threading.RLock()
+_lock = threading.Lock()
 _configured: RunContext | None = None
 _env_cache: tuple[tuple[str, int, int], RunContext] | None = None
-_usage: list[QueryUsage] = []
 
 
 def _positive(value: Any, name: str, integer: bool) -> Any:
@@ -238,7 +193,7 @@ def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> RunC
     """
     global _configured
     context = None if source is None else load_context(source)
-    with _state_lock:
+    with _lock:
         _configured = context
     return current_context()
 
@@ -246,7 +201,7 @@ def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> RunC
 def current_context() -> RunContext:
     """The context in force: :func:`configure`'s, else ``$NBCAST_RUN_CONTEXT``'s, else default."""
     global _env_cache
-    with _state_lock:
+    with _lock:
         if _configured is not None:
             return _configured
         env_path = os.environ.get(ENV_RUN_CONTEXT)
@@ -264,71 +219,9 @@ def current_context() -> RunContext:
     return RunContext(connections={DEFAULT_CONNECTION: spec}, source="default")
 
 
-# --- usage -------------------------------------------------------------------------------
-
-
-def _record(context: RunContext, record: QueryUsage) -> None:
-    with _state_lock:
-        _usage.append(record)
-    if context.usage_path is None:
-        return
-    line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode("utf-8")
-    try:
-        fd = os.open(context.usage_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)  # one write of one line: concurrent appends don't interleave
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise ConfigError(f"cannot append to usage file {context.usage_path}: {exc}") from exc
-
-
-def usage() -> list[QueryUsage]:
-    """Figures of every query this process ran since start (or :func:`~nbcast.warehouse.reset`)."""
-    with _state_lock:
-        return list(_usage)
-
-
-def read_usage(path: str | os.PathLike[str]) -> list[QueryUsage]:
-    """Read a usage file; a missing file means no queries.
-
-    A last line without its newline (the kernel died mid-write) is ignored; any other
-    line that is not a usage record raises ``ValueError`` naming the line.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    lines = text.split("\n")
-    records = []
-    for number, line in enumerate(lines[:-1], start=1):  # lines[-1] is "" or a torn write
-        if not line.strip():
-            continue
-        try:
-            records.append(QueryUsage.from_json(json.loads(line)))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{number}: {exc}") from exc
-    return records
-
-
-def summarize(usages: Iterable[QueryUsage]) -> dict[str, int | float]:
-    """Totals for the executor: ``queries``, ``errors``, ``rows``, ``bytes``, ``seconds``."""
-    totals: dict[str, int | float] = {"queries": 0, "errors": 0, "rows": 0, "bytes": 0}
-    seconds = 0.0
-    for record in usages:
-        totals["queries"] += 1
-        totals["errors"] += record.error is not None
-        totals["rows"] += record.rows
-        totals["bytes"] += record.bytes
-        seconds += record.seconds
-    totals["seconds"] = round(seconds, 6)
-    return totals
-
-
-def _reset_state() -> None:
-    """Forget :func:`configure`'s context and the cached environment one; clear usage."""
+def forget() -> None:
+    """Forget :func:`configure`'s context and the cached ``$NBCAST_RUN_CONTEXT`` file."""
     global _configured, _env_cache
-    with _state_lock:
+    with _lock:
         _configured = None
         _env_cache = None
-        _usage.clear()

@@ -14,9 +14,9 @@ tables from the executed notebook without running it again. The output is one
 - ``text/html`` and ``text/plain``: the DataFrame's own reprs (what Jupyter would
   show, truncated by pandas' display options as usual);
 - :data:`TABLE_MIME_TYPE` (``application/vnd.nbcast.table+json``): every row, as
-  Table Schema JSON — see :mod:`nbcast.delivery.tables` for the encoding and how
-  each column type (integers, numbers, strings, booleans, datetimes, dates, nulls)
-  comes back;
+  Table Schema JSON — see :mod:`nbcast.output.tables` for the encoding, how each
+  column type (integers, numbers, strings, booleans, datetimes, dates, nulls) comes
+  back, and the readers the renderers use;
 
 and the output's metadata is ``{"nbcast": {"table": name}}``.
 
@@ -28,38 +28,29 @@ Decisions:
   notebook, where the author sees it.
 - **Duplicate names: the later table wins.** Re-running a cell in Jupyter replaces
   its outputs, and an author who publishes ``"summary"`` twice means the last one;
-  so :func:`nbcast.delivery.tables.read_tables` keeps the later table (at the later
+  so :func:`~nbcast.output.tables.read_tables` keeps the later table (at the later
   position) and drops the earlier one. Names are compared case-insensitively,
   because spreadsheet sheet names and many file systems are.
 - **The index**: a default ``RangeIndex`` (0, 1, 2, …, unnamed) is dropped; any other
   index (``set_index("rank")``, a date index, a MultiIndex) becomes leading columns,
   because a spreadsheet or a CSV has no index.
-- Importing this module is cheap (it runs in every kernel): pandas and IPython are
-  imported inside :func:`table`.
+- **Kernel side.** This package runs in every kernel: importing it costs only the
+  standard library (pandas and IPython are imported inside :func:`table`), and it
+  imports no plane. The delivery plane's renderers import the format from here.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from nbcast.output.tables import (
+    TABLE_MIME_TYPE,
+    TABLE_NAME_PATTERN,
+    check_table_name,
+    encode_table,
+)
+
 __all__ = ["TABLE_MIME_TYPE", "TABLE_NAME_PATTERN", "check_table_name", "table"]
-
-TABLE_MIME_TYPE = "application/vnd.nbcast.table+json"
-"""The MIME type of a recorded table in a display output's bundle."""
-
-TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.-]{0,30}")
-"""What a table name must match, in full (spreadsheet-sheet and file-name safe)."""
-
-
-def check_table_name(name: object) -> str:
-    """Return ``name`` if it is an acceptable table name, else raise ValueError."""
-    if not isinstance(name, str) or TABLE_NAME_PATTERN.fullmatch(name) is None:
-        raise ValueError(
-            f"table name {name!r} is not acceptable: use 1 to 31 characters, letters, "
-            "digits, spaces, '_', '.' or '-', starting with a letter or a digit"
-        )
-    return name
 
 
 def table(df: Any, name: str) -> None:
@@ -72,8 +63,6 @@ def table(df: Any, name: str) -> None:
     check_table_name(name)
     import pandas as pd
     from IPython.display import display
-
-    from nbcast.delivery.tables import encode_table
 
     if isinstance(df, pd.Series):
         df = df.to_frame()
