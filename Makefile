@@ -20,8 +20,9 @@ $(BIN)/python:
 # process re-compile its imports (seconds for ray/sqlalchemy/jupyter). The package
 # rfc3987-syntax is removed: jsonschema only uses it when present, and importing it
 # builds a grammar that costs ~3 s in every papermill run, Ray worker and pytest start.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python
 	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --python $(BIN)/python -e tests/plugin
 	$(BIN)/uv pip uninstall --python $(BIN)/python rfc3987-syntax 2>/dev/null || true
 	$(BIN)/python -m compileall -q -j 0 nbcast "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nbcast)" >/dev/null

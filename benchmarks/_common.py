@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,3 +60,20 @@ def scratch_database() -> Iterator[str]:
     with scratch_pg_database(ADMIN, prefix="nbcast_bench") as url:
         Database.open(url).dispose()
         yield url
+
+
+def smtp_sink(port: int) -> subprocess.Popen[bytes]:
+    """aiosmtpd's ``Sink`` on 127.0.0.1:``port``, in its own process, once it listens
+    (so the benchmark's own process measures only the sending side)."""
+    handler = "aiosmtpd.handlers.Sink"
+    listen = f"127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "aiosmtpd", "-n", "-c", handler, "-l", listen])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the SMTP sink did not start")

@@ -22,9 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import smtplib
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +32,7 @@ from typing import Any
 
 import nbformat
 
-from benchmarks._common import scratch_database, trivial_notebook
+from benchmarks._common import scratch_database, smtp_sink, trivial_notebook
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -47,36 +44,7 @@ from nbcast.delivery.rendering import RenderQueue
 from nbcast.delivery.signing import Signer
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _smtp_sink(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aiosmtpd",
-            "-n",
-            "-c",
-            "aiosmtpd.handlers.Sink",
-            "-l",
-            f"127.0.0.1:{port}",
-        ]
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the SMTP sink did not start")
+from nbcast.testing.http import free_port
 
 
 def _executed(marker: str) -> bytes:
@@ -180,8 +148,8 @@ def main() -> None:
         "--senders", type=int, default=4, help="parallel senders, one SMTP session each"
     )
     args = parser.parse_args()
-    port = _free_port()
-    sink = _smtp_sink(port)
+    port = free_port()
+    sink = smtp_sink(port)
     try:
         with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
             db, ledger, total = prepare(

@@ -1,14 +1,29 @@
 """Plug-ins by name: built-ins plus an entry point group, loaded lazily.
 
-Renderers (``nbcast.renderers``) and channels (``nbcast.channels``) are found the same
-way: a name maps to a factory; the built-ins are ``"module:attribute"`` strings
-imported on first use (so ``import nbcast`` stays cheap), and a third-party package
-adds its own with an entry point in the group, e.g. in its ``pyproject.toml``::
+Renderers (``nbcast.renderers``), channels (``nbcast.channels``) and engines
+(``nbcast.engines``) are found the same way: a name maps to a factory; the built-ins
+are ``"module:attribute"`` strings imported on first use (so ``import nbcast`` stays
+cheap), and a third-party package adds its own with an entry point in the group,
+as nbcast's own test plug-in does in its ``pyproject.toml`` (``tests/plugin``)::
 
     [project.entry-points."nbcast.renderers"]
-    pptx = "nbcast_pptx:PptxRenderer"
+    md = "nbcast_testplugin.markdown:MarkdownRenderer"
 
-A registered name wins over an entry point of the same name; an unknown name is a
+    [project.entry-points."nbcast.channels"]
+    teams = "nbcast_testplugin.teams:TeamsChannel"
+
+An entry point names the class itself: a :class:`~nbcast.delivery.renderers.base.Renderer`
+or :class:`~nbcast.delivery.channels.base.Channel` subclass (a channel's class methods
+configure it and judge its recipients).
+
+The registry is the single source of names: a definition's ``outputs`` may name any
+renderer it knows and a subscription's ``channel`` any channel it knows
+(:mod:`nbcast.definitions.spec`). Listing the names reads the installed
+distributions' metadata but imports nothing; an entry point is imported the first
+time its name is used.
+
+A registered name wins over a built-in or an entry point of the same name, and a
+built-in over an entry point; an unknown name is a
 :class:`~nbcast.errors.ConfigError` that lists the known ones.
 """
 
@@ -16,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from nbcast.errors import ConfigError
 
@@ -33,16 +48,18 @@ class Registry(Generic[T]):
         self.group = group
         self._builtins = dict(builtins)
         self._factories: dict[str, Callable[..., T]] = {}
-        self._loaded_entry_points = False
+        self._entry_points: dict[str, Any] | None = None
 
     def register(self, name: str, factory: Callable[..., T]) -> None:
         """Make ``factory`` available as ``name`` (replacing any earlier one)."""
         self._factories[name] = factory
 
     def names(self) -> list[str]:
-        """Every name known: registered, built in and from entry points."""
-        self._load_entry_points()
-        return sorted(set(self._factories) | set(self._builtins))
+        """Every name known: the built-ins in their documented order, then the
+        registered ones and those of entry points, sorted. Imports nothing."""
+        builtins = list(self._builtins)
+        others = (set(self._factories) | set(self._points())) - set(builtins)
+        return builtins + sorted(others)
 
     def factory(self, name: str) -> Callable[..., T]:
         """The factory registered as ``name``."""
@@ -51,23 +68,25 @@ class Registry(Generic[T]):
         if name in self._builtins:
             module, _, attribute = self._builtins[name].partition(":")
             factory: Callable[..., T] = getattr(importlib.import_module(module), attribute)
-            self._factories[name] = factory
-            return factory
-        self._load_entry_points()
-        if name in self._factories:
-            return self._factories[name]
-        known = ", ".join(self.names()) or "none"
-        raise ConfigError(f"unknown {self.kind} {name!r} (known: {known})")
+        elif name in self._points():
+            factory = self._points()[name].load()
+        else:
+            known = ", ".join(self.names()) or "none"
+            raise ConfigError(f"unknown {self.kind} {name!r} (known: {known})")
+        self._factories[name] = factory
+        return factory
 
     def create(self, name: str, /, **options: object) -> T:
         """A new ``T`` made by the factory ``name`` with ``options``."""
         return self.factory(name)(**options)
 
-    def _load_entry_points(self) -> None:
-        if self._loaded_entry_points:
-            return
-        from importlib.metadata import entry_points
+    def _points(self) -> dict[str, Any]:
+        """The group's entry points by name (read once, not loaded)."""
+        if self._entry_points is None:
+            from importlib.metadata import entry_points
 
-        for point in entry_points(group=self.group):
-            self._factories.setdefault(point.name, point.load())
-        self._loaded_entry_points = True
+            found: dict[str, Any] = {}
+            for point in entry_points(group=self.group):
+                found.setdefault(point.name, point)
+            self._entry_points = found
+        return self._entry_points

@@ -1,5 +1,6 @@
 """The delivery plane: ``delivery-worker``, ``deliveries``, ``deliver``, ``unsubscribe``,
-``links``."""
+``links`` — over :mod:`nbcast.delivery.queries` and :mod:`nbcast.delivery.commands`
+(no SQL here: every read and change is scoped to the caller's tenant there)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ def _plane(
 ) -> tuple[Any, Any]:
     """The ledger and the render queue, configured from the environment."""
     from nbcast.artifacts import LocalArtifactStore
+    from nbcast.delivery.channels import build_channels
     from nbcast.delivery.ledger import Ledger
     from nbcast.delivery.rendering import RenderQueue
-    from nbcast.delivery.settings import build_channels, load_delivery_settings
+    from nbcast.delivery.settings import load_delivery_settings
     from nbcast.delivery.signing import load_signer
 
     settings = load_delivery_settings()
@@ -102,73 +104,59 @@ def deliveries() -> None:
 
 @deliveries.command("list")
 @click.option("--run", "run_id", type=int, default=None, help="Only this run's deliveries.")
-@click.option("--state", default=None, help="Only deliveries in this state.")
-@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--state", default=None, help="Only deliveries in this state (e.g. FAILED).")
+@click.option("--channel", default=None, help="Only deliveries on this channel.")
+@click.option("--report", "definition", default=None, help="Only this report's deliveries.")
+@click.option("--limit", type=int, default=100, show_default=True, help="At most 1,000.")
+@click.option("--after", default=None, help="The cursor a previous page ended with.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def deliveries_list(
-    app: AppContext, run_id: int | None, state: str | None, limit: int, as_json: bool
+    app: AppContext,
+    run_id: int | None,
+    state: str | None,
+    channel: str | None,
+    definition: str | None,
+    limit: int,
+    after: str | None,
+    as_json: bool,
 ) -> None:
     """Ledger rows, newest first: who got which run, how, and what the channel said."""
-    import sqlalchemy as sa
+    from nbcast.delivery.queries import list_deliveries
 
-    from nbcast.definitions.models import ReportDefinition
-    from nbcast.delivery.models import Delivery
-    from nbcast.governance.models import Tenant
-
-    query = (
-        sa.select(Delivery, ReportDefinition.name)
-        .join(ReportDefinition, ReportDefinition.id == Delivery.definition_id)
-        .join(Tenant, Tenant.id == Delivery.tenant_id)
-        .where(Tenant.name == app.settings.tenant)
-        .order_by(Delivery.id.desc())
-        .limit(limit)
-    )
-    if run_id is not None:
-        query = query.where(Delivery.run_id == run_id)
-    if state is not None:
-        query = query.where(Delivery.state == state.upper())
     with app.db.session() as session:
-        rows = session.execute(query).all()
-    items: list[dict[str, Any]] = [
-        {
-            "id": d.id,
-            "run": d.run_id,
-            "report": name,
-            "channel": d.channel,
-            "recipient": d.recipient,
-            "formats": d.formats,
-            "state": d.state,
-            "reason": d.reason,
-            "attempts": d.attempt,
-            "possible_duplicate": d.possible_duplicate,
-            "sent_at": d.sent_at,
-            "receipt": d.receipt,
-            "error": d.error,
-        }
-        for d, name in rows
-    ]
+        page = list_deliveries(
+            session,
+            app.caller,
+            run_id=run_id,
+            state=state,
+            channel=channel,
+            definition=definition,
+            limit=limit,
+            after=after,
+        )
     if as_json:
-        emit_json(items)
+        emit_json([record.to_json() for record in page.items])
         return
     table(
         "deliveries",
         ["id", "run", "report", "channel", "recipient", "state", "reason", "tries", "sent"],
         [
             [
-                i["id"],
-                i["run"],
-                i["report"],
-                i["channel"],
-                i["recipient"],
-                i["state"] + (" (dup?)" if i["possible_duplicate"] else ""),
-                i["reason"],
-                i["attempts"],
-                when(i["sent_at"]),
+                d.id,
+                d.run_id,
+                d.report,
+                d.channel,
+                d.recipient,
+                d.state.value + (" (dup?)" if d.possible_duplicate else ""),
+                None if d.reason is None else d.reason.value,
+                d.attempts,
+                when(d.sent_at),
             ]
-            for i in items
+            for d in page.items
         ],
     )
+    _more(page.next_after)
 
 
 @click.command()
@@ -182,19 +170,19 @@ def deliveries_list(
 @pass_app
 def deliver(app: AppContext, run_id: int) -> None:
     """Ask for deliveries to be sent again."""
-    from nbcast.delivery.ledger import retry_failed
-    from nbcast.governance.tenants import get_tenant
+    from nbcast.delivery.commands import retry_failed_deliveries
 
-    with app.db.session() as session:
-        tenant = get_tenant(session, app.settings.tenant)
-        count = retry_failed(session, run_id, app.clock.now(), tenant_id=tenant.id)
+    count = retry_failed_deliveries(app.db, app.clock, app.caller, run_id)
     click.echo(f"run {run_id}: {count} failed deliveries queued again")
 
 
 @click.command()
 @click.option("--report", default="*", show_default=True, help="Report name, or * for all.")
 @click.option(
-    "--channel", type=click.Choice(["email", "slack", "webhook", "link"]), default="email"
+    "--channel",
+    default="email",
+    show_default=True,
+    help="A channel name: email, slack, link, webhook, or a plug-in's.",
 )
 @click.option("--to", "recipient", default=None, help="The recipient to stop sending to.")
 @click.option("--token", default=None, help="A one-click unsubscribe token instead.")
@@ -203,41 +191,26 @@ def unsubscribe(
     app: AppContext, report: str, channel: str, recipient: str | None, token: str | None
 ) -> None:
     """Stop delivering a report (or every report) to a recipient."""
+    from nbcast.delivery.commands import unsubscribe_recipient, unsubscribe_with_token
     from nbcast.delivery.signing import load_signer
-    from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
     from nbcast.errors import ConfigError
-    from nbcast.governance.tenants import get_tenant
 
-    now = app.clock.now()
-    with app.db.session() as session:
-        if token:
-            tenant = get_tenant(session, app.settings.tenant)
-            named = use_token(
-                session,
-                load_signer(app.settings.home),
-                token,
-                now,
-                source="cli",
-                tenant_id=tenant.id,
-            )
-            click.echo(
-                f"unsubscribed {named['recipient']} from {named['scope']} ({named['channel']})"
-            )
-            return
-        if not recipient:
-            raise ConfigError("give --to RECIPIENT or --token TOKEN")
-        if len(recipient) > 512 or "\x00" in recipient or len(report) > 128 or "\x00" in report:
-            raise ConfigError("--to is at most 512 characters and --report 128, without NUL")
-        tenant = get_tenant(session, app.settings.tenant)
-        record_unsubscribe(
-            session,
-            tenant_id=tenant.id,
-            scope=report,
-            channel=channel,
-            recipient=recipient,
+    if token:
+        done = unsubscribe_with_token(
+            app.db,
+            app.clock,
+            app.caller,
+            token,
             source="cli",
-            now=now,
+            signer=load_signer(app.settings.home),
         )
+        click.echo(f"unsubscribed {done.recipient} from {done.scope} ({done.channel})")
+        return
+    if not recipient:
+        raise ConfigError("give --to RECIPIENT or --token TOKEN")
+    unsubscribe_recipient(
+        app.db, app.clock, app.caller, report=report, channel=channel, recipient=recipient
+    )
     click.echo(f"unsubscribed {recipient} from {report} ({channel})")
 
 
@@ -247,56 +220,38 @@ def links() -> None:
 
 
 @links.command("list")
-@click.option("--run", "run_id", type=int, default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--run", "run_id", type=int, default=None, help="Only this run's links.")
+@click.option("--limit", type=int, default=200, show_default=True, help="At most 1,000.")
+@click.option("--after", default=None, help="The cursor a previous page ended with.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
-    """Links handed out, with their expiry and whether they were revoked."""
-    import sqlalchemy as sa
+def links_list(
+    app: AppContext, run_id: int | None, limit: int, after: str | None, as_json: bool
+) -> None:
+    """Links handed out, newest first, with their expiry and whether they were revoked."""
+    from nbcast.delivery.queries import list_links
 
-    from nbcast.delivery.models import SignedLink
-    from nbcast.governance.models import Tenant
-
-    query = (
-        sa.select(SignedLink)
-        .join(Tenant, Tenant.id == SignedLink.tenant_id)
-        .where(Tenant.name == app.settings.tenant)
-        .order_by(SignedLink.id.desc())
-        .limit(200)
-    )
-    if run_id is not None:
-        query = query.where(SignedLink.run_id == run_id)
     with app.db.session() as session:
-        rows = list(session.scalars(query))
-    items: list[dict[str, Any]] = [
-        {
-            "id": r.id,
-            "run": r.run_id,
-            "recipient": r.recipient,
-            "file": r.filename,
-            "expires_at": r.expires_at,
-            "revoked_at": r.revoked_at,
-        }
-        for r in rows
-    ]
+        page = list_links(session, app.caller, run_id=run_id, limit=limit, after=after)
     if as_json:
-        emit_json(items)
+        emit_json([record.to_json() for record in page.items])
         return
     table(
         "links",
         ["id", "run", "recipient", "file", "expires", "revoked"],
         [
             [
-                i["id"],
-                i["run"],
-                i["recipient"],
-                i["file"],
-                when(i["expires_at"]),
-                when(i["revoked_at"]),
+                r.id,
+                r.run_id,
+                r.recipient,
+                r.filename,
+                when(r.expires_at),
+                when(r.revoked_at),
             ]
-            for i in items
+            for r in page.items
         ],
     )
+    _more(page.next_after)
 
 
 @links.command("revoke")
@@ -304,13 +259,16 @@ def links_list(app: AppContext, run_id: int | None, as_json: bool) -> None:
 @pass_app
 def links_revoke(app: AppContext, link_id: int) -> None:
     """Revoke a signed link: it stops opening at once."""
-    from nbcast.delivery.links import revoke_link
-    from nbcast.governance.tenants import get_tenant
+    from nbcast.delivery.commands import revoke_link
 
-    with app.db.session() as session:
-        tenant = get_tenant(session, app.settings.tenant)
-        done = revoke_link(session, link_id, app.clock.now(), tenant_id=tenant.id)
+    done = revoke_link(app.db, app.clock, app.caller, link_id)
     click.echo(f"link {link_id}: " + ("revoked" if done else "no such link, or already revoked"))
+
+
+def _more(cursor: str | None) -> None:
+    """Say how to get the next page, when there is one."""
+    if cursor is not None:
+        click.echo(f"more: --after {cursor}")
 
 
 COMMANDS = [delivery_worker, deliveries, deliver, unsubscribe, links]

@@ -7,7 +7,10 @@ dotted field, e.g. ``schedule.timezone: 'Mars/Olympus' is not an IANA time zone`
 
 This module checks syntax (the cron parses, the zone exists, enums are known,
 durations parse, parameters fit the schema). What a schedule *means* — slots, DST,
-misfires — is the scheduler's business.
+misfires — is the scheduler's business. Output formats and channels are the names
+the renderer and channel registries know (built-ins and installed plug-ins,
+:mod:`nbcast.registry`), and each channel judges its own recipients
+(:meth:`~nbcast.delivery.channels.base.Channel.check_recipient`).
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from nbcast.durations import parse_duration
 from nbcast.errors import MetadataError, ParameterValueError, ScheduleError
 from nbcast.limits import (
     MAX_CATCHUP,
     MAX_DESCRIPTION_CHARS,
-    MAX_DURATION,
     MAX_JITTER,
     MAX_SCHEDULE_DURATION,
     MAX_SUBSCRIPTIONS,
@@ -43,7 +46,6 @@ __all__ = [
     "ScheduleSpec",
     "StalenessAction",
     "Subscription",
-    "parse_duration",
     "parse_spec",
 ]
 
@@ -107,48 +109,33 @@ class StalenessAction(StrEnum):
     """Do not deliver it; the ledger row is SUPPRESSED ``stale``."""
 
 
-class OutputFormat(StrEnum):
-    """Formats a report renders to."""
+class OutputFormat(str):
+    """The name of a format a report renders to: any renderer the registry knows
+    (:data:`nbcast.delivery.renderers.renderers` — the built-in ``html``, ``pdf``,
+    ``xlsx``, ``csv``, and a plug-in's). A ``str``: it compares equal to its name. The
+    built-ins are also attributes (``OutputFormat.html``)."""
 
-    html = "html"
-    pdf = "pdf"
-    xlsx = "xlsx"
-    csv = "csv"
+    __slots__ = ()
+
+    html: ClassVar[OutputFormat]
+    pdf: ClassVar[OutputFormat]
+    xlsx: ClassVar[OutputFormat]
+    csv: ClassVar[OutputFormat]
+
+    @property
+    def value(self) -> str:
+        """The name, as an enum member's ``value`` would be."""
+        return str(self)
 
 
-CHANNELS = ("email", "slack", "link", "webhook")
+OutputFormat.html = OutputFormat("html")
+OutputFormat.pdf = OutputFormat("pdf")
+OutputFormat.xlsx = OutputFormat("xlsx")
+OutputFormat.csv = OutputFormat("csv")
+
 CONDITIONS = ("results", "changed")
-# ASCII digits only (``\d`` would take "١m"), at most 12 of them per unit.
-_DURATION = re.compile(
-    r"(?:([0-9]{1,12})w)?(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m)?"
-    r"(?:([0-9]{1,12})s)?",
-    re.ASCII,
-)
+"""What a subscription's ``only_if`` may say."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
-_UNIT_SECONDS = (604_800, 86_400, 3_600, 60, 1)
-
-
-def parse_duration(text: str, maximum: timedelta = MAX_DURATION) -> timedelta:
-    """Parse ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` into a timedelta.
-
-    ValueError (one line, the input clipped) for anything else, or for a duration
-    longer than ``maximum`` (default :data:`nbcast.limits.MAX_DURATION`).
-    """
-    if isinstance(text, str) and text.strip() == "0":
-        return timedelta(0)
-    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
-    if not match or not any(match.groups()):
-        raise ValueError(f"{clip(text)} is not a duration like '90s', '10m', '1h30m', '2d'")
-    seconds = sum(int(g) * unit for g, unit in zip(match.groups(), _UNIT_SECONDS, strict=True) if g)
-    if seconds > maximum.total_seconds():
-        raise ValueError(f"{clip(text)} is longer than the limit of {_describe(maximum)}")
-    return timedelta(seconds=seconds)
-
-
-def _describe(duration: timedelta) -> str:
-    if duration.days and not duration.seconds:
-        return f"{duration.days} days" if duration.days != 1 else "1 day"
-    return str(duration)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,16 +391,27 @@ def _schedule(block: Any) -> ScheduleSpec:
 
 def _formats(value: Any, path: str) -> tuple[OutputFormat, ...]:
     _require(value, list, path, "a list of formats")
-    formats = tuple(_enum(OutputFormat, item, f"{path}[{i}]") for i, item in enumerate(value))
+    from nbcast.delivery.renderers import renderers
+
+    known = renderers.names()
+    formats = []
+    for i, item in enumerate(value):
+        _require(item, str, f"{path}[{i}]", "a format name")
+        if item not in known:
+            raise MetadataError(f"{path}[{i}]", f"{clip(item)} is not one of " + "|".join(known))
+        formats.append(OutputFormat(item))
     if len(set(formats)) != len(formats):
         raise MetadataError(path, "lists a format twice")
-    return formats
+    return tuple(formats)
 
 
 def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subscription, ...]:
     _require(value, list, "subscriptions", "a list")
     if len(value) > MAX_SUBSCRIPTIONS:
         raise MetadataError("subscriptions", f"more than {MAX_SUBSCRIPTIONS:,} subscriptions")
+    from nbcast.delivery.channels import channel_class, channels
+
+    known = channels.names()
     result = []
     seen: set[tuple[str, str]] = set()
     for i, item in enumerate(value):
@@ -421,30 +419,28 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
         _require(item, dict, path, "a mapping")
         _no_unknown(item, {"channel", "to", "formats", "only_if"}, path)
         channel = _require(item.get("channel"), str, f"{path}.channel", "a channel name")
-        if channel not in CHANNELS:
+        if channel not in known:
             raise MetadataError(
-                f"{path}.channel", f"{clip(channel)} is not one of " + "|".join(CHANNELS)
+                f"{path}.channel", f"{clip(channel)} is not one of " + "|".join(known)
             )
         to = _require(item.get("to"), str, f"{path}.to", "a recipient")
         if not to.strip():
             raise MetadataError(f"{path}.to", "is empty")
         if len(to) > 512 or to != to.strip():
             raise MetadataError(f"{path}.to", f"{clip(to)} is not a recipient")
-        if channel == "email" and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", to):
-            raise MetadataError(f"{path}.to", f"{clip(to)} is not an email address")
-        if channel == "webhook":
-            problem = webhook_url_problem(to)
-            if problem:
-                raise MetadataError(f"{path}.to", problem)
-        # The same person is the same recipient whatever the case of the address.
-        identity = (channel, to.lower() if channel == "email" else to)
+        # The channel's own rules: an email address, a webhook URL, a plug-in's.
+        kind = channel_class(channel)
+        problem = kind.check_recipient(to)
+        if problem:
+            raise MetadataError(f"{path}.to", problem)
+        identity = (channel, kind.normalize_recipient(to))
         if identity in seen:
             raise MetadataError(path, f"{channel} recipient {clip(to)} is listed twice")
         seen.add(identity)
         formats = _formats(item["formats"], f"{path}.formats") if "formats" in item else outputs
         for fmt in formats:
             if fmt not in outputs:
-                raise MetadataError(f"{path}.formats", f"{fmt.value!r} is not in outputs")
+                raise MetadataError(f"{path}.formats", f"{str(fmt)!r} is not in outputs")
         only_if = item.get("only_if")
         if only_if is not None and only_if not in CONDITIONS:
             raise MetadataError(
@@ -503,29 +499,3 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise MetadataError("name", f"{clip(name)} must match {_NAME.pattern}")
     return name
-
-
-def webhook_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a webhook recipient on syntax alone, or None.
-
-    A webhook is an ``https://`` (or, where an administrator allows it, ``http://``)
-    URL with a host and no credentials. Which hosts may be reached is decided when
-    publishing and again, after resolving the name, when sending
-    (:mod:`nbcast.delivery.webhook_policy`).
-    """
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return f"{clip(url)} is not a URL"
-    if parts.scheme not in ("https", "http"):
-        return f"{clip(url)} is not an https:// URL"
-    if not parts.hostname:
-        return f"{clip(url)} has no host"
-    if parts.username is not None or parts.password is not None:
-        return "a webhook URL must not carry credentials"
-    if port == 0:
-        return f"{clip(url)} has port 0"
-    return None

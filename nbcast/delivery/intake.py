@@ -27,7 +27,13 @@ from nbcast.db import insert_ignore
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import ReportSpec, parse_spec
-from nbcast.delivery.models import Delivery, OutboxRow, Rendition
+from nbcast.delivery.models import (
+    Delivery,
+    DeliveryState,
+    OutboxRow,
+    Rendition,
+    RenditionState,
+)
 from nbcast.executor.models import Run
 
 __all__ = ["consume_outbox", "spec_of"]
@@ -88,9 +94,9 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
                 {
                     "tenant_id": run.tenant_id,
                     "run_id": run.id,
-                    "format": fmt.value,
+                    "format": str(fmt),
                     "variant": "",
-                    "state": "PENDING",
+                    "state": RenditionState.PENDING.value,
                     "attempt": 0,
                     "created_at": now,
                 }
@@ -103,10 +109,10 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
                     "definition_id": run.definition_id,
                     "channel": sub.channel,
                     "recipient": sub.to,
-                    "formats": [f.value for f in sub.formats],
+                    "formats": [str(f) for f in sub.formats],
                     "only_if": sub.only_if,
                     "fire_at": run.fire_at,
-                    "state": "PENDING",
+                    "state": DeliveryState.PENDING.value,
                     "attempt": 0,
                     "retry_base": 0,
                     "not_before": now,

@@ -6,8 +6,11 @@ revoked) and a token that names the row, signed with :class:`~nbcast.delivery.si
 verifies with a configured key, the row exists and matches the token, it has not
 expired and it has not been revoked — each failure a
 :class:`~nbcast.errors.LinkError` saying which. The URL is
-``<base URL>/nbcast/links/<token>``; the endpoint that serves it (and audits every
-open) belongs to the server extension.
+``<base URL>/nbcast/links/<token>``: it is served by the server extension's
+``/nbcast/links/<token>`` endpoint, which will audit every open (planned: until it
+ships, nothing in nbcast serves a link; :func:`verify_link` is what it will call).
+Revoking goes through :func:`nbcast.delivery.commands.revoke_link`, which scopes it to
+the caller's tenant.
 """
 
 from __future__ import annotations

@@ -12,11 +12,15 @@ never writes the scheduler's or the executor's tables.
   ``""`` or ``"late"`` (with the staleness banner) — and, once rendered, the sha256
   of the bytes in the artifact store.
 - ``deliveries``: the ledger, one row per (run, channel, recipient), unique on that
-  triple. ``PENDING → SENDING → SENT | FAILED | SUPPRESSED``; ``attempt`` counts
-  sends, ``possible_duplicate`` is set when a send had to be repeated without being
-  able to check whether the earlier one arrived.
-- ``delivery_attempts``: every attempt at a delivery, with the channel's answer:
-  the auditable evidence.
+  triple. ``PENDING → SENDING → SENT | FAILED | SUPPRESSED``
+  (:class:`DeliveryState`, with a :class:`DeliveryReason`); ``attempt`` counts
+  claims (it is the fencing token of the latest one), ``possible_duplicate`` is set
+  when a send had to be repeated without being able to check whether the earlier one
+  arrived.
+- ``delivery_attempts``: every claim of a delivery and what came of it (the
+  channel's answer, a suppression, or a release unsent): the auditable evidence.
+  Rows are only ever added and completed, never deleted; an attempt number is never
+  reused.
 - ``unsubscriptions``: a recipient's opt-out of one report (``scope`` = the
   definition's name) or of all the tenant's reports (``scope = "*"``) on a channel.
 - ``signed_links``: links handed out by the ``link`` channel, so they can expire and
@@ -35,8 +39,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 from nbcast.db import Base, JSONType, utcnow
 
 __all__ = [
+    "AttemptOutcome",
     "Delivery",
     "DeliveryAttempt",
+    "DeliveryReason",
     "DeliveryState",
     "OutboxRow",
     "Rendition",
@@ -52,18 +58,91 @@ class DeliveryState(StrEnum):
     """Where a ledger row is."""
 
     PENDING = "PENDING"
+    """Waiting to be claimed (from ``not_before`` on)."""
     SENDING = "SENDING"
+    """Claimed by a worker whose lease runs until ``lease_expires_at``."""
     SENT = "SENT"
+    """The channel accepted it (or a check found an earlier send); ``receipt`` says how."""
     FAILED = "FAILED"
+    """Given up, with a reason; ``nbcast deliver --retry-failed`` tries it again."""
     SUPPRESSED = "SUPPRESSED"
+    """Decided not to send, with a reason; final."""
+
+
+class DeliveryReason(StrEnum):
+    """Why a ledger row is where it is (``deliveries.reason``); None on a row sent or
+    waiting for its first try."""
+
+    unsubscribed = "unsubscribed"
+    """SUPPRESSED: the recipient opted out of this report, or of every report."""
+    superseded = "superseded"
+    """SUPPRESSED: this recipient already received a newer slot of the definition."""
+    stale = "stale"
+    """SUPPRESSED: later than ``staleness.after`` and the action is ``suppress``."""
+    no_results = "no_results"
+    """SUPPRESSED: ``only_if: results`` and no marked table has a row."""
+    unchanged = "unchanged"
+    """SUPPRESSED: ``only_if: changed`` and the report shows what the last one did."""
+    render_failed = "render_failed"
+    """FAILED: a rendition the delivery needs could not be rendered."""
+    refused = "refused"
+    """FAILED: the channel refused for good (a permanent error)."""
+    max_attempts = "max_attempts"
+    """FAILED: transient errors until the channel's ``max_attempts`` were spent."""
+    outcome_unknown = "outcome_unknown"
+    """FAILED: attempts spent while the last one may have arrived (a timeout after
+    sending, or workers that kept dying on the row)."""
+    lease_expired = "lease_expired"
+    """PENDING: its worker's lease ran out mid-send (the reaper returned it); checked
+    with the channel before it is sent again."""
+    prepare_failed = "prepare_failed"
+    """FAILED: deciding or composing it raised (its notebook gone, a version that no
+    longer parses)."""
+    internal_error = "internal_error"
+    """FAILED: handling it raised (a channel's bug, an answer that cannot be stored)."""
+    no_channel = "no_channel"
+    """FAILED: its channel is not configured on the worker that claimed it."""
+    retry = "retry"
+    """PENDING: a transient error; due again after the channel's backoff."""
+    retry_requested = "retry_requested"
+    """PENDING: a person asked for FAILED rows to be sent again, with fresh attempts."""
+    lease_low = "lease_low"
+    """PENDING: too little of the worker's lease was left to start the send."""
+    late_renditions = "late_renditions"
+    """PENDING: released unsent while its late (bannered) renditions are rendered."""
+
+
+class AttemptOutcome(StrEnum):
+    """What came of one claim of a delivery (``delivery_attempts.outcome``); None
+    while in flight, and left None by a worker that died (the reaper then records
+    ``UNKNOWN``)."""
+
+    SENT = "SENT"
+    """The channel accepted the message; ``detail`` holds its receipt."""
+    FOUND = "FOUND"
+    """An earlier send was found by the channel's check; nothing was sent again."""
+    RETRY = "RETRY"
+    """A transient error (or too little lease left): the row is due again later."""
+    FAILED = "FAILED"
+    """The row failed (``detail`` holds the error or the reason)."""
+    UNKNOWN = "UNKNOWN"
+    """It may have been sent: a timeout after sending, or its worker's lease expired."""
+    SUPPRESSED = "SUPPRESSED"
+    """Decided not to send (``detail`` holds the reason)."""
+    RELEASED = "RELEASED"
+    """Given back unsent, to be claimed again once its late renditions are ready; it
+    does not count against the channel's attempts."""
 
 
 class RenditionState(StrEnum):
     """Where a rendition is."""
 
     PENDING = "PENDING"
+    """To render (again, after a failed attempt, once its backoff is over)."""
     DONE = "DONE"
+    """Rendered: ``sha256`` names the bytes in the artifact store."""
     FAILED = "FAILED"
+    """Its attempts are spent; the deliveries that need it fail (``render_failed``)."""
 
 
 class OutboxRow(Base):
@@ -149,10 +228,14 @@ class Delivery(Base):
     """The run's slot instant: "newer slot" means a later ``fire_at``."""
     state: Mapped[str] = mapped_column(sa.String(16), default=DeliveryState.PENDING.value)
     reason: Mapped[str | None] = mapped_column(sa.String(32), default=None)
+    """A :class:`DeliveryReason`, or None."""
     attempt: Mapped[int] = mapped_column(default=0)
+    """How many times the row was claimed: the number of its latest attempt row, and
+    the fencing token of that claim."""
     retry_base: Mapped[int] = mapped_column(default=0)
-    """``attempt`` when a person last asked for a retry: the channel's max attempts
-    count from here."""
+    """Claims that do not count against the channel's max attempts: ``attempt`` when a
+    person last asked for a retry, plus one for every claim released unsent since
+    (``RELEASED``). The channel's max attempts count from here."""
     not_before: Mapped[datetime]
     lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -171,7 +254,7 @@ class Delivery(Base):
 
 
 class DeliveryAttempt(Base):
-    """One attempt at a delivery and what the channel answered."""
+    """One claim of a delivery and what came of it: evidence, never deleted."""
 
     __tablename__ = "delivery_attempts"
     __table_args__ = (
@@ -186,8 +269,8 @@ class DeliveryAttempt(Base):
     started_at: Mapped[datetime]
     ended_at: Mapped[datetime | None] = mapped_column(default=None)
     outcome: Mapped[str | None] = mapped_column(sa.String(16), default=None)
-    """SENT, FOUND (an earlier send was found by the check), RETRY, FAILED, UNKNOWN,
-    SUPPRESSED; None while in flight (a worker that died leaves it None)."""
+    """An :class:`AttemptOutcome`; None while in flight (a worker that died leaves it
+    None until the reaper records ``UNKNOWN``)."""
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
 
 

@@ -26,9 +26,12 @@ variable                    meaning
 A malformed value is a :class:`~nbcast.errors.ConfigError` naming the variable, on
 one line, and never echoes a password (``NBCAST_SMTP_URL``'s is shown as ``***``).
 
-A subscription on a channel that is not configured fails (``no_channel``) rather
-than waiting forever; ``nbcast deliver --retry-failed RUN`` sends it once configured.
-The ``link`` channel needs no configuration.
+Each registered channel reads its own variables
+(:meth:`~nbcast.delivery.channels.base.Channel.from_environment`): the built-ins
+read the ones above, a plug-in channel those its documentation names. A subscription
+on a channel that is not configured fails (``no_channel``) rather than waiting
+forever; ``nbcast deliver --retry-failed RUN`` sends it once configured. The ``link``
+channel needs no configuration.
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from nbcast.definitions.spec import parse_duration
-from nbcast.delivery.channels import Channel, channels
+from nbcast.config import mask_url
 from nbcast.delivery.webhook_policy import WebhookPolicy, load_webhook_policy
+from nbcast.durations import parse_duration
 from nbcast.errors import ConfigError
 
-__all__ = ["MAX_LINK_TTL", "DeliverySettings", "build_channels", "load_delivery_settings"]
+__all__ = ["MAX_LINK_TTL", "DeliverySettings", "load_delivery_settings"]
 
 MAX_LINK_TTL = timedelta(days=366)
 """The longest a signed link may be configured to last."""
@@ -92,7 +95,7 @@ def load_delivery_settings(environ: Mapping[str, str] | None = None) -> Delivery
 
 def smtp_options(url: str) -> dict[str, object]:
     """``EmailChannel`` keyword arguments from an ``smtp://`` / ``smtps://`` URL."""
-    shown = _masked(url)
+    shown = mask_url(url)
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
@@ -119,33 +122,3 @@ def smtp_options(url: str) -> dict[str, object]:
         options["username"] = unquote(parts.username)
         options["password"] = unquote(parts.password or "")
     return options
-
-
-def build_channels(settings: DeliverySettings) -> dict[str, Channel]:
-    """Every configured channel, by name (``link`` always)."""
-    built: dict[str, Channel] = {"link": channels.create("link")}
-    if settings.smtp_url:
-        built["email"] = channels.create(
-            "email", sender=settings.smtp_from, **smtp_options(settings.smtp_url)
-        )
-    if settings.slack_token:
-        built["slack"] = channels.create(
-            "slack", token=settings.slack_token, base_url=settings.slack_api_url
-        )
-    if settings.webhook_secret:
-        built["webhook"] = channels.create(
-            "webhook", secret=settings.webhook_secret, policy=settings.webhook_policy
-        )
-    return built
-
-
-def _masked(url: str) -> str:
-    """``url`` with its password, if any, shown as ``***`` (as the database URL is)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url[:200]
-    userinfo, at, host = rest.rpartition("@")
-    if not at:
-        return url[:200]
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}"[:200]

@@ -1,12 +1,17 @@
 """Unsubscribing: one-click tokens (RFC 8058) and the opt-outs they record.
 
-Every email carries ``List-Unsubscribe: <https://…/nbcast/unsubscribe/<token>>`` and
+Every message of a channel with
+:attr:`~nbcast.delivery.channels.base.Channel.one_click_unsubscribe` (email) carries
+``List-Unsubscribe: <https://…/nbcast/unsubscribe/<token>>`` and
 ``List-Unsubscribe-Post: List-Unsubscribe=One-Click``; the token is signed
 (:class:`~nbcast.delivery.signing.Signer`, purpose ``unsubscribe``) and names the
 tenant, the report, the channel and the recipient, so the endpoint needs no login and
-nobody can unsubscribe someone else. ``nbcast unsubscribe`` records the same from
-the command line. An opt-out is a row in ``unsubscriptions`` — for one report
-(``scope`` = its name) or all of a tenant's reports (``*``) — and the ledger
+nobody can unsubscribe someone else. That endpoint is the server extension's
+``/nbcast/unsubscribe/<token>`` (planned; until it ships, ``nbcast unsubscribe
+--token`` records what it would). ``nbcast unsubscribe`` records the same from the
+command line (:mod:`nbcast.delivery.commands`). An opt-out is a row in
+``unsubscriptions`` — for one report (``scope`` = its name) or all of a tenant's
+reports (``*``) — and the ledger
 suppresses later deliveries to that recipient (SUPPRESSED ``unsubscribed``), leaving
 the evidence in the ledger.
 """
@@ -19,11 +24,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.db import insert_ignore
+from nbcast.delivery.channels import channel_class
 from nbcast.delivery.models import Unsubscription
 from nbcast.delivery.signing import Signer
-from nbcast.errors import LinkError
+from nbcast.errors import ConfigError, LinkError
 
 __all__ = [
+    "ALL_REPORTS",
     "is_unsubscribed",
     "normalized",
     "record_unsubscribe",
@@ -34,11 +41,20 @@ __all__ = [
 
 PURPOSE = "unsubscribe"
 
+ALL_REPORTS = "*"
+"""The ``scope`` of an opt-out from every report of the tenant."""
+
 
 def normalized(channel: str, recipient: str) -> str:
-    """How a recipient is compared: email addresses without case (``CFO@Example.com``
-    and ``cfo@example.com`` are one person's opt-out), others exactly."""
-    return recipient.strip().lower() if channel == "email" else recipient
+    """How a recipient is compared: as its channel's
+    :meth:`~nbcast.delivery.channels.base.Channel.normalize_recipient` says (email
+    addresses without case: ``CFO@Example.com`` and ``cfo@example.com`` are one
+    person's opt-out); exactly on a channel no registry knows."""
+    try:
+        kind = channel_class(channel)
+    except ConfigError:
+        return recipient
+    return kind.normalize_recipient(recipient)
 
 
 def unsubscribe_token(
@@ -49,7 +65,7 @@ def unsubscribe_token(
 
 
 def unsubscribe_url(base_url: str, token: str) -> str:
-    """The one-click URL for ``token`` (served by the server extension)."""
+    """The one-click URL for ``token`` (the server extension's endpoint, planned)."""
     return f"{base_url.rstrip('/')}/nbcast/unsubscribe/{token}"
 
 
@@ -115,7 +131,7 @@ def is_unsubscribed(
             sa.select(
                 sa.exists().where(
                     Unsubscription.tenant_id == tenant_id,
-                    Unsubscription.scope.in_((scope, "*")),
+                    Unsubscription.scope.in_((scope, ALL_REPORTS)),
                     Unsubscription.channel == channel,
                     Unsubscription.recipient == normalized(channel, recipient),
                 )

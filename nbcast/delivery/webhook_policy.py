@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nbcast.errors import ConfigError
+from nbcast.limits import clip
 
 __all__ = [
     "MAX_URL_LENGTH",
@@ -49,6 +50,7 @@ __all__ = [
     "check_webhook_url",
     "load_webhook_policy",
     "resolve_webhook_host",
+    "webhook_url_problem",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -127,6 +129,30 @@ class WebhookPolicy:
             if reason is not None:
                 return reason if candidate == address else f"{reason} (as {candidate})"
         return None
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a webhook recipient on syntax alone, or None.
+
+    A webhook is an ``https://`` (or, where an administrator allows it, ``http://``)
+    URL with a host and no credentials. Which hosts may be reached is decided when
+    publishing (:func:`check_webhook_url` with the configured policy) and again, after
+    resolving the name, when sending.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"{clip(url)} is not a URL"
+    if parts.scheme not in ("https", "http"):
+        return f"{clip(url)} is not an https:// URL"
+    if not parts.hostname:
+        return f"{clip(url)} has no host"
+    if parts.username is not None or parts.password is not None:
+        return "a webhook URL must not carry credentials"
+    if port == 0:
+        return f"{clip(url)} has port 0"
+    return None
 
 
 def load_webhook_policy(environ: Mapping[str, str] | None = None) -> WebhookPolicy:

@@ -29,7 +29,7 @@ from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.ledger import Ledger
-from nbcast.delivery.models import Delivery, OutboxRow, Rendition
+from nbcast.delivery.models import Delivery, DeliveryState, OutboxRow, Rendition, RenditionState
 from nbcast.delivery.rendering import RenderQueue
 
 __all__ = ["IDLE_HORIZON", "DeliveryWorker"]
@@ -108,7 +108,7 @@ class DeliveryWorker(Service):
         """Nothing to consume, render or send within ``idle_horizon`` (module
         docstring): retries due later are left for the next run."""
         horizon = self.clock.now() + self.idle_horizon
-        rendering = Rendition.state == "PENDING"
+        rendering = Rendition.state == RenditionState.PENDING.value
         due_rendition = rendering & (
             Rendition.lease_expires_at.is_(None) | (Rendition.lease_expires_at <= horizon)
         )
@@ -123,8 +123,12 @@ class DeliveryWorker(Service):
             )
             .exists()
         )
-        due_delivery = (Delivery.state == "PENDING") & (Delivery.not_before <= horizon) & ~held_back
-        in_flight = (Delivery.state == "SENDING") & (
+        due_delivery = (
+            (Delivery.state == DeliveryState.PENDING.value)
+            & (Delivery.not_before <= horizon)
+            & ~held_back
+        )
+        in_flight = (Delivery.state == DeliveryState.SENDING.value) & (
             Delivery.lease_expires_at.is_(None) | (Delivery.lease_expires_at <= horizon)
         )
         with self.db.session() as session:

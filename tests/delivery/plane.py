@@ -31,6 +31,7 @@ from nbcast.delivery.signing import Signer
 from nbcast.delivery.tables import encode_table
 from nbcast.delivery.worker import DeliveryWorker
 from nbcast.executor.queue import RunQueue
+from nbcast.governance.tenants import ensure_tenant
 from nbcast.output import TABLE_MIME_TYPE
 from nbcast.scheduler.control import run_now
 from tests.notebooks import make_notebook
@@ -80,6 +81,7 @@ class Plane:
         *,
         outputs: tuple[str, ...] = ("html",),
         schedule: dict[str, Any] | None = None,
+        tenant: str = "default",
     ) -> None:
         block: dict[str, Any] = {
             "name": name,
@@ -88,15 +90,24 @@ class Plane:
         }
         if schedule is not None:
             block["schedule"] = schedule
-        path = make_notebook(self.folder / "defs" / f"{name}.ipynb", nbcast=block)
-        publish(self.db, path, tenant="default", author="t", now=self.clock.now())
+        path = make_notebook(self.folder / "defs" / tenant / f"{name}.ipynb", nbcast=block)
+        with self.db.session() as session:
+            ensure_tenant(session, tenant)
+        publish(self.db, path, tenant=tenant, author="t", now=self.clock.now())
 
     def succeed(
-        self, name: str, *, rows: int = 3, marker: str = "hello", notebook: bytes | None = None
+        self,
+        name: str,
+        *,
+        rows: int = 3,
+        marker: str = "hello",
+        notebook: bytes | None = None,
+        tenant: str = "default",
     ) -> int:
-        """Queue a manual run of ``name`` and complete it through the executor's queue,
-        storing ``notebook`` (default: :func:`executed_notebook`) as what it produced."""
-        run_id = run_now(self.db, self.clock, "default", name, {})
+        """Queue a manual run of ``name`` (of ``tenant``) and complete it through the
+        executor's queue, storing ``notebook`` (default: :func:`executed_notebook`) as
+        what it produced."""
+        run_id = run_now(self.db, self.clock, tenant, name, {})
         queue = RunQueue(self.db, self.clock, owner="test-worker")
         leases = [lease for lease in queue.claim(10) if lease.run_id == run_id]
         assert len(leases) == 1

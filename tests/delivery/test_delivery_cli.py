@@ -16,8 +16,8 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
+from nbcast.testing.smtp import smtp_server
 from tests.delivery.plane import executed_notebook
-from tests.fakes.smtp import smtp_server
 from tests.notebooks import make_notebook
 
 

@@ -27,11 +27,11 @@ from nbcast.delivery.models import Delivery, DeliveryAttempt, OutboxRow, Renditi
 from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
-from nbcast.errors import RenderError
+from nbcast.errors import RenderError, TransientChannelError
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
+from nbcast.testing.smtp import smtp_server
 from tests.delivery.plane import SIGNER, Plane, receipts
-from tests.fakes.smtp import smtp_server
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
@@ -240,6 +240,53 @@ def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:
     body = mail.mail.get_body(("html",))
     assert body is not None
     assert "late" in body.get_content().lower()
+
+
+class _FlakyLink(LinkChannel):
+    """A link channel whose first send is refused for now; two attempts in all."""
+
+    max_attempts = 2
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    def send(self, message: Any) -> Any:
+        self.sends += 1
+        if self.sends == 1:
+            raise TransientChannelError("busy")
+        return super().send(message)
+
+
+def test_a_claim_released_for_late_renditions_stays_on_the_record(plane: Plane) -> None:
+    """A late delivery is claimed, released unsent while its bannered renditions are
+    rendered, and claimed again: the released attempt is kept as evidence (RELEASED),
+    its number is not reused, and it spends none of the channel's attempts."""
+    plane.publish(
+        "banner",
+        [{"channel": "link", "to": "a@example.com"}],
+        schedule={
+            "cron": "0 7 * * *",
+            "timezone": "Europe/Berlin",
+            "staleness": {"after": "40m", "action": "banner"},
+        },
+    )
+    plane.succeed("banner")
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.clock.advance(timedelta(hours=1))
+    plane.pump(plane.ledger({"link": _FlakyLink()}), plane.renders())
+    [row] = receipts(plane)
+    assert (row["state"], row["attempt"]) == ("SENT", 3)
+    with plane.db.session() as session:
+        attempts = session.execute(
+            sa.select(
+                DeliveryAttempt.attempt, DeliveryAttempt.outcome, DeliveryAttempt.detail
+            ).order_by(DeliveryAttempt.attempt)
+        ).all()
+        retry_base = session.scalar(sa.select(Delivery.retry_base))
+    assert [(a, o) for a, o, _ in attempts] == [(1, "RELEASED"), (2, "RETRY"), (3, "SENT")]
+    assert attempts[0].detail == {"reason": "late_renditions"}
+    assert retry_base == 1  # the release is not one of the channel's two attempts
 
 
 def test_conditional_sends(plane: Plane) -> None:

@@ -1,7 +1,7 @@
 """Slack and SMTP peers that answer nonsense: bounded, never a crash, never stored whole.
 
 Against the fake Slack Web API and the SMTP server on 127.0.0.1
-(``tests/fakes/slack_api.py``, ``tests/fakes/smtp.py``).
+(``nbcast/testing/slack_api.py``, ``nbcast/testing/smtp.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from nbcast.delivery.channels._peer import RETRY_AFTER_CEILING
 from nbcast.delivery.channels.email import EmailChannel
 from nbcast.delivery.channels.slack import SlackChannel
 from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
+from nbcast.testing.slack_api import TOKEN, FakeSlackAPI, slack_server
+from nbcast.testing.smtp import smtp_server
 from tests.delivery.test_slack_channel import make_message
-from tests.fakes.slack_api import TOKEN, FakeSlackAPI, slack_server
-from tests.fakes.smtp import smtp_server
 
 
 @pytest.fixture

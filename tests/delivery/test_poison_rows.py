@@ -35,10 +35,10 @@ from nbcast.delivery.webhook_policy import WebhookPolicy
 from nbcast.delivery.worker import IDLE_HORIZON, DeliveryWorker
 from nbcast.errors import TransientChannelError
 from nbcast.executor.models import Run
+from nbcast.testing.http import HTTPReply
+from nbcast.testing.slack_api import TOKEN, slack_server
+from nbcast.testing.webhook import webhook_receiver
 from tests.delivery.plane import Plane, receipts
-from tests.fakes import HTTPReply
-from tests.fakes.slack_api import TOKEN, slack_server
-from tests.fakes.webhook import webhook_receiver
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 LOCAL = WebhookPolicy(allow_http=True, allowed=("127.0.0.1",))

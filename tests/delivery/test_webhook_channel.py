@@ -1,4 +1,4 @@
-"""WebhookChannel against a real HTTP receiver on 127.0.0.1 (tests/fakes/webhook.py).
+"""WebhookChannel against a real HTTP receiver on 127.0.0.1 (nbcast/testing/webhook.py).
 
 The receivers listen on the loopback interface, which nbcast's default webhook policy
 refuses: these tests allow it, as a user's own tests would
@@ -22,8 +22,8 @@ from nbcast.delivery.channels.webhook import WebhookChannel, verify_signature
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.webhook_policy import WebhookPolicy
 from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
-from tests.fakes.smtp import free_port
-from tests.fakes.webhook import WebhookReceiver, webhook_receiver
+from nbcast.testing.smtp import free_port
+from nbcast.testing.webhook import WebhookReceiver, webhook_receiver
 
 SECRET = "whsec_test"
 PDF = b"%PDF-1.4\n%%EOF\n"

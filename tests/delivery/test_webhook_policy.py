@@ -1,7 +1,7 @@
 """Which URLs a webhook may reach, and what is kept of the answer.
 
 The policy (``nbcast.delivery.webhook_policy``) on its own, then the webhook channel
-enforcing it against real receivers on 127.0.0.1 (``tests/fakes/webhook.py``): a
+enforcing it against real receivers on 127.0.0.1 (``nbcast/testing/webhook.py``): a
 refused URL never becomes a request, an allowed loopback receiver works, the address
 is pinned (one lookup per connection, TLS still verifies the host name), redirects are
 not followed, and no response body reaches a receipt or an error.
@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from nbcast.delivery.channels import build_channels
 from nbcast.delivery.channels._peer import RETRY_AFTER_CEILING, parse_retry_after, peer_text
 from nbcast.delivery.channels.webhook import WebhookChannel
-from nbcast.delivery.settings import build_channels, load_delivery_settings
+from nbcast.delivery.settings import load_delivery_settings
 from nbcast.delivery.webhook_policy import (
     WebhookPolicy,
     check_webhook_url,
@@ -29,9 +30,9 @@ from nbcast.delivery.webhook_policy import (
     resolve_webhook_host,
 )
 from nbcast.errors import ConfigError, PermanentChannelError, TransientChannelError
+from nbcast.testing.http import HTTPReply
+from nbcast.testing.webhook import WebhookReceiver, webhook_receiver
 from tests.delivery.test_webhook_channel import LOCAL, SECRET, make_message
-from tests.fakes import HTTPReply
-from tests.fakes.webhook import WebhookReceiver, webhook_receiver
 
 STRICT = WebhookPolicy()
 HTTP_ONLY = WebhookPolicy(allow_http=True)
@@ -166,6 +167,17 @@ def test_settings_hand_the_policy_to_the_webhook_channel() -> None:
     channel.close()
     strict = build_channels(load_delivery_settings({"NBCAST_WEBHOOK_SECRET": SECRET}))
     assert strict["webhook"].policy == WebhookPolicy()  # type: ignore[attr-defined]
+
+
+def test_the_channel_class_judges_webhook_recipients_at_publish() -> None:
+    assert WebhookChannel.check_recipient("ftp://hooks.example.com") == (
+        "'ftp://hooks.example.com' is not an https:// URL"
+    )
+    assert WebhookChannel.check_recipient("https://hooks.example.com/x") is None
+    here = WebhookChannel.check_recipient_here
+    assert "loopback" in (here("https://127.0.0.1/x", {}) or "")
+    allowed = {"NBCAST_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "NBCAST_WEBHOOK_ALLOW_HTTP": "1"}
+    assert here("http://127.0.0.1:9/x", allowed) is None
 
 
 # -- the channel enforces it ----------------------------------------------------------

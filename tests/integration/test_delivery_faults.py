@@ -26,10 +26,10 @@ from nbcast.db import Database
 from nbcast.delivery.channels.email import EmailChannel
 from nbcast.delivery.channels.slack import SlackChannel
 from nbcast.delivery.models import Delivery, DeliveryAttempt
+from nbcast.testing.slack_api import TOKEN, slack_server
+from nbcast.testing.smtp import smtp_server
 from tests.conftest import scratch_pg_database
 from tests.delivery.plane import Plane, receipts
-from tests.fakes.slack_api import TOKEN, slack_server
-from tests.fakes.smtp import smtp_server
 
 pytestmark = [pytest.mark.postgres]
 

@@ -30,12 +30,12 @@ from nbcast.delivery.channels.slack import SlackChannel
 from nbcast.delivery.channels.webhook import WebhookChannel
 from nbcast.delivery.webhook_policy import WebhookPolicy
 from nbcast.delivery.worker import DeliveryWorker
+from nbcast.testing.http import HTTPReply
+from nbcast.testing.slack_api import TOKEN, slack_server
+from nbcast.testing.smtp import smtp_server
+from nbcast.testing.webhook import garbage_receiver, webhook_receiver
 from tests.conftest import _reset_postgres
 from tests.delivery.plane import Plane, receipts
-from tests.fakes import HTTPReply
-from tests.fakes.slack_api import TOKEN, slack_server
-from tests.fakes.smtp import smtp_server
-from tests.fakes.webhook import garbage_receiver, webhook_receiver
 
 pytestmark = [pytest.mark.postgres]
 

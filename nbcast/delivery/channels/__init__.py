@@ -1,12 +1,34 @@
 """Channels by name: ``email``, ``slack``, ``link``, ``webhook``; third parties add
-theirs through the entry point group ``nbcast.channels`` (see :mod:`nbcast.registry`)."""
+theirs through the entry point group ``nbcast.channels`` (see :mod:`nbcast.registry`).
+
+The registry is the one list of channel names: a definition may name any channel it
+knows, and :func:`channel_class` gives the class whose class methods validate and
+compare recipients and build the channel from the environment
+(:class:`~nbcast.delivery.channels.base.Channel`).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
+from nbcast.errors import ConfigError, NbcastError
 from nbcast.registry import Registry
 
-__all__ = ["Attachment", "Channel", "Message", "Receipt", "channels"]
+if TYPE_CHECKING:
+    from nbcast.delivery.settings import DeliverySettings
+
+__all__ = [
+    "Attachment",
+    "Channel",
+    "Message",
+    "Receipt",
+    "build_channels",
+    "channel_class",
+    "channels",
+]
 
 channels: Registry[Channel] = Registry(
     "channel",
@@ -19,3 +41,41 @@ channels: Registry[Channel] = Registry(
     },
 )
 """The process-wide channel registry: ``channels.create("email", host=…)``."""
+
+
+def channel_class(name: str) -> type[Channel]:
+    """The :class:`Channel` subclass registered as ``name``.
+
+    A name that is not registered is a :class:`~nbcast.errors.ConfigError` listing
+    the known ones. A factory that is not a :class:`Channel` subclass (a plain
+    function) has none of the class methods of its own: :class:`Channel`'s defaults
+    stand for it (no configuration from the environment, recipients compared as
+    written)."""
+    factory = channels.factory(name)
+    if isinstance(factory, type) and issubclass(factory, Channel):
+        return factory
+    return Channel
+
+
+def build_channels(
+    settings: DeliverySettings, environ: Mapping[str, str] | None = None
+) -> dict[str, Channel]:
+    """Every registered channel that ``environ`` (default: the process environment)
+    configures, by name: each channel's
+    :meth:`~nbcast.delivery.channels.base.Channel.from_environment` says whether and
+    how, so a plug-in channel is configured as a built-in one is (``link`` always).
+    A channel whose configuration is malformed is a :class:`ConfigError` naming it."""
+    env = os.environ if environ is None else environ
+    built: dict[str, Channel] = {}
+    for name in channels.names():
+        try:
+            channel = channel_class(name).from_environment(env, settings)
+        except NbcastError:
+            raise
+        except Exception as exc:  # a plug-in's bug: say whose, on one line
+            raise ConfigError(
+                f"channel {name!r} could not be configured: {type(exc).__name__}: {str(exc)[:200]}"
+            ) from exc
+        if channel is not None:
+            built[name] = channel
+    return built

@@ -22,15 +22,52 @@ that can look (Slack: the channel's recent history, matched on the message's
 ``key``) returns the earlier receipt and nothing is sent twice; one that cannot
 (SMTP) returns None, the message is sent again, and the ledger records the delivery
 as a *possible duplicate*.
+
+**Capabilities.** What the ledger prepares for a message depends on the channel's
+class attributes, never on its name:
+
+==========================  ===========================================================
+attribute                   when True, the ledger …
+==========================  ===========================================================
+``attaches_files``          puts the subscription's rendered files in
+                            :attr:`Message.attachments` (email, Slack)
+``sends_links``             makes a signed link per rendered file and puts the URLs in
+                            :attr:`Message.links` (link, webhook)
+``html_body``               renders ``html`` for every such delivery, whatever its
+                            ``formats``, and makes it :attr:`Message.html` (email)
+``one_click_unsubscribe``   signs an unsubscribe token and puts its URL in
+                            :attr:`Message.unsubscribe_url` (email's RFC 8058 headers)
+``verifiable``              trusts :meth:`Channel.check` after an unknown outcome; a
+                            resend through a channel that cannot check is recorded as a
+                            possible duplicate (Slack can, SMTP cannot)
+==========================  ===========================================================
+
+**Class methods** the rest of nbcast calls without an instance, so a plug-in channel
+is configured, validated and compared like a built-in one:
+
+- :meth:`Channel.from_environment` makes the channel from the environment (None when
+  it is not configured); ``nbcast delivery-worker`` builds every registered channel
+  this way (:func:`nbcast.delivery.channels.build_channels`).
+- :meth:`Channel.check_recipient` says why a subscription's ``to`` cannot be a
+  recipient, on its syntax alone, when a definition is published.
+- :meth:`Channel.check_recipient_here` adds what depends on where nbcast runs (the
+  webhook policy).
+- :meth:`Channel.normalize_recipient` is how two spellings of one recipient compare
+  (email addresses without case): a subscription may not list one twice, and an
+  opt-out covers every spelling.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nbcast.delivery.report import ReportInfo
+
+if TYPE_CHECKING:
+    from nbcast.delivery.settings import DeliverySettings
 
 __all__ = ["Attachment", "Channel", "Message", "Receipt"]
 
@@ -66,8 +103,7 @@ class Message:
     unsubscribe_url: str | None = None
     """One-click unsubscribe URL (RFC 8058) carrying a signed token, for email."""
     links: tuple[str, ...] = ()
-    """Signed links to the report's files, when the subscription asks for them."""
-    options: dict[str, Any] = field(default_factory=dict)
+    """Signed links to the report's files (channels that send links)."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +117,17 @@ class Channel(ABC):
     """Sends messages to recipients of one kind (module docstring)."""
 
     name: ClassVar[str]
+    """Registry name and the ``channel`` of a subscription."""
     verifiable: ClassVar[bool] = False
-    """Whether :meth:`check` can tell that an earlier send arrived (Slack can, SMTP
-    cannot). A resend through a channel that cannot check is recorded as a possible
-    duplicate."""
+    """:meth:`check` can tell that an earlier send arrived (module docstring)."""
+    attaches_files: ClassVar[bool] = False
+    """Messages carry the rendered files (module docstring)."""
+    sends_links: ClassVar[bool] = False
+    """Messages carry signed links to the rendered files (module docstring)."""
+    html_body: ClassVar[bool] = False
+    """Messages carry the HTML rendition as their body (module docstring)."""
+    one_click_unsubscribe: ClassVar[bool] = False
+    """Messages carry a signed one-click unsubscribe URL (module docstring)."""
     max_attempts: int = 5
     """Attempts before the ledger gives up (FAILED)."""
     backoff_base: float = 30.0
@@ -95,6 +138,35 @@ class Channel(ABC):
     delivery (15 minutes): a longer one is cut to this, so a peer cannot park a
     delivery for days, or crash the worker with an absurd number. The retry still
     waits at least the channel's own backoff."""
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str], settings: DeliverySettings
+    ) -> Channel | None:
+        """This channel as configured by ``environ`` (and the delivery plane's parsed
+        ``settings``), or None when it is not configured there. A malformed value is
+        a :class:`~nbcast.errors.ConfigError` naming the variable. By default a
+        channel is never configured: one that needs nothing returns ``cls()``."""
+        return None
+
+    @classmethod
+    def check_recipient(cls, to: str) -> str | None:
+        """Why ``to`` cannot be a recipient of this channel, judged on its syntax
+        alone (one line, naming it), or None. Called at publish; ``to`` is already a
+        non-empty string of at most 512 characters without surrounding blanks."""
+        return None
+
+    @classmethod
+    def check_recipient_here(cls, to: str, environ: Mapping[str, str]) -> str | None:
+        """Why ``to`` cannot be reached from where nbcast runs (its configuration in
+        ``environ``), or None. Called at publish after :meth:`check_recipient`."""
+        return None
+
+    @classmethod
+    def normalize_recipient(cls, to: str) -> str:
+        """The form in which ``to`` is compared with another recipient of this channel
+        (module docstring); by default ``to`` itself."""
+        return to
 
     @abstractmethod
     def send(self, message: Message) -> Receipt:

@@ -63,13 +63,14 @@ import smtplib
 import ssl
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 from email.utils import format_datetime, getaddresses, parseaddr
 from secrets import token_hex
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from nbcast.delivery.channels._peer import peer_text
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
@@ -79,6 +80,10 @@ from nbcast.errors import (
     PermanentChannelError,
     TransientChannelError,
 )
+from nbcast.limits import clip
+
+if TYPE_CHECKING:
+    from nbcast.delivery.settings import DeliverySettings
 
 __all__ = ["EmailChannel"]
 
@@ -89,6 +94,8 @@ _SECURITIES: tuple[str, ...] = ("none", "starttls", "ssl")
 _LEADING_DOT = re.compile(rb"(?m)^\.")
 _BODY_CACHE_SIZE = 8
 _MAX_LINE = 998  # RFC 5322 2.1.1
+_ADDRESS = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+"""What a subscription's ``to`` must look like: one address, with a dot in its domain."""
 
 
 class _HeaderClasses(HeaderRegistry):
@@ -133,6 +140,31 @@ class EmailChannel(Channel):
     """Sends reports through an SMTP relay (module docstring)."""
 
     name: ClassVar[str] = "email"
+    attaches_files: ClassVar[bool] = True
+    html_body: ClassVar[bool] = True
+    one_click_unsubscribe: ClassVar[bool] = True
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str], settings: DeliverySettings
+    ) -> EmailChannel | None:
+        """Configured by ``NBCAST_SMTP_URL`` and ``NBCAST_SMTP_FROM``
+        (:mod:`nbcast.delivery.settings`); None without an SMTP URL."""
+        if not settings.smtp_url:
+            return None
+        from nbcast.delivery.settings import smtp_options
+
+        return cls(sender=settings.smtp_from, **smtp_options(settings.smtp_url))  # type: ignore[arg-type]
+
+    @classmethod
+    def check_recipient(cls, to: str) -> str | None:
+        """An email address: ``local@domain.tld``, no blanks."""
+        return None if _ADDRESS.fullmatch(to) else f"{clip(to)} is not an email address"
+
+    @classmethod
+    def normalize_recipient(cls, to: str) -> str:
+        """Without case: ``CFO@Example.com`` and ``cfo@example.com`` are one person."""
+        return to.strip().lower()
 
     def __init__(
         self,

@@ -56,8 +56,9 @@ import logging
 import random
 import ssl
 import time
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.error import URLError
 
 from slack_sdk import WebClient
@@ -71,6 +72,9 @@ from slack_sdk.web import SlackResponse
 from nbcast.delivery.channels._peer import parse_retry_after, peer_text
 from nbcast.delivery.channels.base import Channel, Message, Receipt
 from nbcast.errors import OutcomeUnknownError, PermanentChannelError, TransientChannelError
+
+if TYPE_CHECKING:
+    from nbcast.delivery.settings import DeliverySettings
 
 __all__ = ["EVENT_TYPE", "SlackChannel"]
 
@@ -134,6 +138,18 @@ class SlackChannel(Channel):
 
     name: ClassVar[str] = "slack"
     verifiable: ClassVar[bool] = True  # check() reads the channel's history
+    attaches_files: ClassVar[bool] = True
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str], settings: DeliverySettings
+    ) -> SlackChannel | None:
+        """Configured by ``NBCAST_SLACK_TOKEN`` (and ``NBCAST_SLACK_API_URL``); None
+        without a token."""
+        if not settings.slack_token:
+            return None
+        return cls(settings.slack_token, base_url=settings.slack_api_url)
+
     max_retry_after = 300.0  # Slack's rate-limit windows are a minute; 5 is plenty
 
     def __init__(

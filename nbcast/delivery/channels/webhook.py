@@ -65,8 +65,8 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpcore
 import httpx
@@ -77,7 +77,9 @@ from nbcast.delivery.webhook_policy import (
     Resolver,
     WebhookPolicy,
     check_webhook_url,
+    load_webhook_policy,
     resolve_webhook_host,
+    webhook_url_problem,
 )
 from nbcast.errors import (
     ConfigError,
@@ -85,6 +87,9 @@ from nbcast.errors import (
     PermanentChannelError,
     TransientChannelError,
 )
+
+if TYPE_CHECKING:
+    from nbcast.delivery.settings import DeliverySettings
 
 __all__ = ["WebhookChannel", "payload", "sign", "verify_signature"]
 
@@ -222,6 +227,34 @@ class WebhookChannel(Channel):
     """
 
     name: ClassVar[str] = "webhook"
+    sends_links: ClassVar[bool] = True
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str], settings: DeliverySettings
+    ) -> WebhookChannel | None:
+        """Configured by ``NBCAST_WEBHOOK_SECRET`` (and the policy's
+        ``NBCAST_WEBHOOK_ALLOW_HTTP``, ``NBCAST_WEBHOOK_ALLOWED_HOSTS``); None without
+        a secret."""
+        if not settings.webhook_secret:
+            return None
+        return cls(settings.webhook_secret, policy=settings.webhook_policy)
+
+    @classmethod
+    def check_recipient(cls, to: str) -> str | None:
+        """An ``http(s)://`` URL with a host and no credentials
+        (:func:`~nbcast.delivery.webhook_policy.webhook_url_problem`)."""
+        return webhook_url_problem(to)
+
+    @classmethod
+    def check_recipient_here(cls, to: str, environ: Mapping[str, str]) -> str | None:
+        """The URL against the configured policy, without resolving its host
+        (:func:`~nbcast.delivery.webhook_policy.check_webhook_url`)."""
+        try:
+            check_webhook_url(to, load_webhook_policy(environ), resolve=False)
+        except ConfigError as exc:
+            return str(exc)
+        return None
 
     def __init__(
         self,

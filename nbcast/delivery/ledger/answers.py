@@ -13,6 +13,10 @@
   one; an answer that cannot be written even alone is replaced by a minimal FAILED
   record (reason ``internal_error``), so a bad answer fails its own row — never the
   others, and never leaves a row SENDING.
+
+Every write is fenced by the row's attempt and lease owner
+(:func:`~nbcast.delivery.ledger.rows.fence`): a worker that lost its lease writes
+nothing.
 """
 
 from __future__ import annotations
@@ -34,12 +38,17 @@ import sqlalchemy as sa
 from nbcast.db import Database, UTCDateTime
 from nbcast.delivery.channels._peer import peer_text
 from nbcast.delivery.channels.base import Channel
-from nbcast.delivery.models import Delivery, DeliveryAttempt, DeliveryState
+from nbcast.delivery.models import (
+    AttemptOutcome,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryReason,
+    DeliveryState,
+)
 from nbcast.retry import backoff
 
 __all__ = [
     "ERROR_MESSAGE_LIMIT",
-    "INTERNAL_ERROR",
     "MAX_RETRY_DELAY",
     "Answer",
     "Recorder",
@@ -51,9 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("nbcast.delivery.ledger")
-
-INTERNAL_ERROR = "internal_error"
-"""The reason of a row that failed because handling it raised (a bug, a bad answer)."""
 
 ERROR_MESSAGE_LIMIT = 500
 """The most characters of an error message kept on a ledger row."""
@@ -86,12 +92,15 @@ _RECORD = sa.text(
     "lease_expires_at = NULL, updated_at = :now "
     "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
     "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
-    "AND x.state = 'SENDING' RETURNING x.id), "
+    "AND x.state = :sending RETURNING x.id), "
     "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
     "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
     "WHERE y.delivery_id = f.id AND y.attempt = f.attempt) "
     "SELECT id FROM d"
-).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+).bindparams(
+    sa.bindparam("now", type_=UTCDateTime()),
+    sa.bindparam("sending", value=DeliveryState.SENDING.value),
+)
 
 
 class ClaimedRow(Protocol):
@@ -162,11 +171,13 @@ def failed_answer(answer: Answer, exc: BaseException, then: Callable[[], None] |
     error = {"error": type(exc).__name__, "message": f"{what}: {peer_text(exc, 200)}"}
     values = {
         "state": DeliveryState.FAILED.value,
-        "reason": INTERNAL_ERROR,
+        "reason": DeliveryReason.internal_error.value,
         "error": error,
         "outcome_unknown": sent or answer.row.outcome_unknown,
     }
-    return Answer(answer.row, values, {"outcome": "FAILED", "detail": error}, then)
+    return Answer(
+        answer.row, values, {"outcome": AttemptOutcome.FAILED.value, "detail": error}, then
+    )
 
 
 def write_answers(
