@@ -43,7 +43,8 @@ import sqlalchemy as sa
 from benchmarks._common import scratch_database
 from nbcast.clock import SystemClock
 from nbcast.db import Database
-from nbcast.executor.queue import RunQueue, Success
+from nbcast.executor.leases import Success
+from nbcast.executor.queue import RunQueue
 
 TENANTS = 10
 

@@ -5,7 +5,7 @@ Run ``python benchmarks/zygote.py`` (``--runs N``, default 10). Modes, each time
 
 - ``kernel_start``: ``AsyncKernelManager.start_kernel()`` until the kernel answers one
   ``kernel_info_request`` (no IOPub flush), for a plain ``AsyncKernelManager`` and for
-  :class:`~nbcast.executor.zygote.ZygoteKernelManager`. Also the kernel process's own
+  :class:`~nbcast.executor.kernels.forked.ZygoteKernelManager`. Also the kernel process's own
   CPU time at that moment (``/proc/<pid>/stat``); a forked kernel's excludes the
   imports it inherited.
 - ``papermill``: ``papermill.execute_notebook`` of a two-cell pandas notebook (a
@@ -37,9 +37,9 @@ import nbformat
 import papermill
 from jupyter_client.manager import AsyncKernelManager
 
-from nbcast.executor.zygote import (
+from nbcast.executor.kernels.forked import ZygoteKernelManager
+from nbcast.executor.kernels.zygote import (
     DEFAULT_INTERPRETER_OPTIONS,
-    ZygoteKernelManager,
     default_zygote,
     shutdown_default_zygote,
 )

@@ -1,12 +1,23 @@
-"""Runs: ``run`` (a manual run), ``runs list|show``, ``cancel``."""
+"""Runs: ``run`` (a manual run), ``runs list|show``, ``cancel``.
+
+Every command calls the execution plane's queries (:mod:`nbcast.executor.queries`)
+and commands (:mod:`nbcast.executor.control`); none holds SQL of its own.
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from nbcast.cli.app import AppContext, pass_app
-from nbcast.cli.output import emit_json, table
+from nbcast.cli.app import INSTANT, AppContext, pass_app
+from nbcast.cli.output import emit_json, table, when
 from nbcast.clock import format_instant
+
+if TYPE_CHECKING:
+    from nbcast.executor.records import RunDetail, RunRecord
 
 __all__: list[str] = []
 
@@ -43,50 +54,206 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--definition", default=None, help="Only this definition.")
-@click.option("--state", default=None, help="Only this state (QUEUED, SKIPPED, MISSED, …).")
-@click.option("--limit", type=int, default=None, help="At most this many rows.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state", default=None, help="Only this state (QUEUED, FAILED, SKIPPED, …).")
+@click.option("--kind", default=None, help="Only this kind (scheduled, backfill, manual).")
+@click.option("--since", type=INSTANT, default=None, help="Only runs firing at or after this.")
+@click.option("--until", type=INSTANT, default=None, help="Only runs firing before this.")
+@click.option(
+    "--order",
+    type=click.Choice(["asc", "desc"]),
+    default="asc",
+    show_default=True,
+    help="Oldest or newest fire time first.",
+)
+@click.option(
+    "--limit",
+    type=int,
+    default=None,
+    help="One page of at most this many (1 to 1,000); the next page's --after goes to stderr.",
+)
+@click.option("--after", default=None, help="Continue after this cursor (from --limit).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of runs).")
 @pass_app
 def runs_list(
-    app: AppContext, definition: str | None, state: str | None, limit: int | None, as_json: bool
+    app: AppContext,
+    definition: str | None,
+    state: str | None,
+    kind: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    order: str,
+    limit: int | None,
+    after: str | None,
+    as_json: bool,
 ) -> None:
-    """List runs, oldest fire time first."""
+    """List runs by fire time (oldest first); every run, or one page with --limit."""
+    from nbcast.access import MAX_PAGE
     from nbcast.executor.queries import list_runs
 
-    items = list_runs(app.db, app.settings.tenant, definition=definition, state=state, limit=limit)
+    items: list[RunRecord] = []
+    cursor = after
+    with app.db.session() as session:
+        while True:
+            page = list_runs(
+                session,
+                app.caller,
+                definition=definition,
+                state=state,
+                kind=kind,
+                since=since,
+                until=until,
+                order="desc" if order == "desc" else "asc",
+                limit=MAX_PAGE if limit is None else limit,
+                after=cursor,
+            )
+            items.extend(page.items)
+            cursor = page.next_after
+            if limit is not None or cursor is None:
+                break
     if as_json:
         emit_json([r.to_json() for r in items])
-        return
-    table(
-        None,
-        ["id", "definition", "slot", "kind", "state", "reason", "fire at (UTC)", "v"],
-        [
-            (
-                r.id,
-                r.definition,
-                r.slot_key or "-",
-                r.kind,
-                r.state,
-                r.reason or "",
-                format_instant(r.fire_at),
-                r.version,
-            )
-            for r in items
-        ],
-    )
+    else:
+        table(
+            None,
+            ["id", "definition", "slot", "kind", "state", "reason", "fire at (UTC)", "v"],
+            [
+                (
+                    r.id,
+                    r.definition,
+                    r.slot_key or "-",
+                    r.kind,
+                    r.state,
+                    r.reason or "",
+                    format_instant(r.fire_at),
+                    r.version,
+                )
+                for r in items
+            ],
+        )
+    if cursor is not None:
+        click.echo(f"more runs follow: --after {cursor}", err=True)
+
+
+@runs.command("show")
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def runs_show(app: AppContext, run_id: int, as_json: bool) -> None:
+    """Show RUN: its context, every attempt and why it ended (the failing cell and
+    line), its executed notebook, renditions and deliveries."""
+    from nbcast.artifacts import open_store
+    from nbcast.executor.queries import get_run
+
+    store = open_store(app.settings.artifacts_dir)
+    with app.db.session() as session:
+        detail = get_run(session, app.caller, run_id, artifacts=store)
+    if as_json:
+        emit_json(detail.to_json())
+    else:
+        _show(detail)
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:.2f}s" if value is not None else ""
+
+
+def _show(run: RunDetail) -> None:
+    """``runs show`` for people: the run's facts, then a table per kind of row."""
+    state = f"{run.state} ({run.reason})" if run.reason else run.state
+    click.echo(f"run {run.id}: {run.definition} v{run.version}, {state}")
+    facts: list[tuple[str, Any]] = [
+        ("tenant", run.tenant),
+        ("kind", run.kind),
+        ("slot", run.slot_key or "-"),
+        ("fire at", when(run.fire_at)),
+        ("created", when(run.created_at)),
+        ("started", when(run.started_at)),
+        ("finished", when(run.finished_at)),
+        ("parameters", json.dumps(run.parameters, sort_keys=True, ensure_ascii=False)),
+        ("attempts", run.attempt),
+        ("notebook", run.notebook_sha256 or ""),
+    ]
+    if run.next_try_at is not None:
+        facts.append(("next try", when(run.next_try_at)))
+    if run.error is not None:
+        facts.append(("why", run.error.summary()))
+    if run.cancel_requested_at is not None:
+        by = run.cancel_requested_by or "?"
+        facts.append(("cancel", f"requested by {by} at {when(run.cancel_requested_at)}"))
+    for key, value in facts:
+        if value not in ("", None):
+            click.echo(f"  {key:<11} {value}")
+    if run.attempts:
+        table(
+            "attempts",
+            ["#", "outcome", "started", "took", "worker", "host", "engine", "error"],
+            [
+                (
+                    a.attempt,
+                    a.outcome or "running",
+                    when(a.started_at),
+                    _seconds(a.duration_s),
+                    a.worker,
+                    a.host,
+                    a.engine,
+                    a.error.summary() if a.error is not None else "",
+                )
+                for a in run.attempts
+            ],
+            wrap=["host"],
+        )
+    if run.renditions:
+        table(
+            "renditions",
+            ["format", "variant", "state", "file", "sha256", "error"],
+            [
+                (
+                    r.format,
+                    r.variant or "-",
+                    r.state,
+                    r.filename or "",
+                    (r.sha256 or "")[:12],
+                    _error_text(r.error),
+                )
+                for r in run.renditions
+            ],
+        )
+    if run.deliveries:
+        table(
+            "deliveries",
+            ["channel", "recipient", "state", "reason", "tries", "sent at"],
+            [
+                (d.channel, d.recipient, d.state, d.reason or "", d.attempts, when(d.sent_at))
+                for d in run.deliveries
+            ],
+        )
+
+
+def _error_text(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    parts = [str(error.get(k)) for k in ("ename", "evalue", "message") if error.get(k)]
+    return ": ".join(parts) or json.dumps(error, sort_keys=True, default=str)[:500]
 
 
 @click.command()
-@click.argument("run_id", type=int)
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def cancel(app: AppContext, run_id: int) -> None:
-    """Cancel a queued or running run."""
+def cancel(app: AppContext, run_id: int, as_json: bool) -> None:
+    """Ask for RUN to be cancelled: a queued run is ended by a worker's next step, a
+    running one is stopped at its next heartbeat."""
     from nbcast.executor.control import cancel_run
 
-    click.echo(
-        f"run {run_id}: "
-        + cancel_run(app.db, app.clock, app.settings.tenant, run_id, by=app.settings.user)
-    )
+    result = cancel_run(app.db, app.clock, app.caller, run_id)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if result.already_requested:
+        said = f"cancel already requested by {result.requested_by} at {when(result.requested_at)}"
+    else:
+        said = "cancel requested"
+    click.echo(f"run {run_id} ({result.state.value}): {said}; {result.next_step}")
 
 
 COMMANDS = [run_command, runs, cancel]

@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 
 from nbcast.cli.app import AppContext, configure_logging, pass_app, supervise
+from nbcast.errors import ConfigError
 
 __all__: list[str] = []
+
+
+def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--engine``: a name in the engine registry (built-ins and plug-ins)."""
+    from nbcast.executor.engines import check_engine_name
+
+    try:
+        return check_engine_name(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 @click.command()
 @click.option(
     "--engine",
-    type=click.Choice(["local", "ray"]),
     default="local",
     show_default=True,
-    help="Where notebooks run.",
+    callback=_engine_name,
+    help="Where notebooks run: the name of a registered engine (a wrong one lists them).",
 )
 @click.option(
     "--concurrency",
@@ -65,23 +75,19 @@ def worker(
 ) -> None:
     """Claim runs and execute them with papermill, locally or on Ray; stop with SIGTERM."""
     from nbcast.daemon import service_name
-    from nbcast.executor.engines import engines
+    from nbcast.executor.engines import open_engine
     from nbcast.executor.worker import Worker, default_work_dir
-    from nbcast.governance.tenants import list_tenants
 
     configure_logging()
-    options: dict[str, Any] = {"capacity": concurrency}
-    if engine == "ray":
-        with app.db.session() as session:
-            options["tenants"] = {t.name: t.max_concurrent_runs for t in list_tenants(session)}
-        options["address"] = ray_address
-        options["temp_dir"] = os.environ.get("NBCAST_RAY_TEMP_DIR")
-        if no_warm_kernels:
-            os.environ["NBCAST_RAY_WARM_KERNELS"] = "0"
-    else:
-        options["warm_kernels"] = not no_warm_kernels
     settings = app.settings
-    with engines.create(engine, **options) as runner:
+    runner = open_engine(
+        app.db,
+        engine,
+        capacity=concurrency,
+        warm_kernels=not no_warm_kernels,
+        address=ray_address,
+    )
+    with runner:
         service = Worker(
             app.db,
             app.clock,

@@ -8,7 +8,7 @@ executes the notebook with papermill — on a pre-started kernel when a
 :class:`~nbcast.executor.kernels.KernelPool` is given — under the run's timeout,
 stores the executed notebook in the artifact store, and returns an
 :class:`AttemptOutcome`. Recording the outcome is the worker's job, through the
-fenced writes of :class:`~nbcast.executor.queue.RunQueue`, so an attempt whose lease
+fenced writes of :class:`~nbcast.executor.leases.Leases`, so an attempt whose lease
 was lost in the meantime cannot complete its run whichever engine ran it.
 
 The executed notebook is stored even when a cell fails, so the error can be read in
@@ -55,20 +55,16 @@ from typing import Any
 
 from nbcast.artifacts import open_store
 from nbcast.errors import NotebookExecutionError, RunCancelledError, RunTimeoutError
-from nbcast.executor.models import RunState
+from nbcast.executor.models import RunReason, RunState
 from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
 
 __all__ = [
-    "ENDED_EARLY",
     "MAX_ERROR_TEXT",
     "AttemptJob",
     "AttemptOutcome",
     "execute_attempt",
     "warehouse_context",
 ]
-
-ENDED_EARLY = "ended_early"
-"""The reason of a run whose notebook stopped itself with ``sys.exit()`` (module docstring)."""
 
 MAX_ERROR_TEXT = 4000
 """Characters kept of an error's ``evalue`` and of each of its traceback entries."""
@@ -183,7 +179,7 @@ def execute_attempt(
         )
         kernel_start = result.kernel_start_s
         if result.ended_early is not None:
-            reason = ENDED_EARLY
+            reason = RunReason.ended_early
     except PermanentFailure as exc:
         state, reason = RunState.FAILED, exc.reason
         error = _error(exc.ename, exc.evalue, ())

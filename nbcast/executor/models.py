@@ -19,10 +19,15 @@ from nbcast.db import Base, JSONType, utcnow
 
 __all__ = [
     "ACTIVE_STATES",
+    "DEFAULT_MAX_ATTEMPTS",
+    "FINISHED_STATES",
+    "LEASED_STATES",
     "CancelRequest",
+    "Outcome",
     "Run",
     "RunAttempt",
     "RunKind",
+    "RunReason",
     "RunState",
     "WarehouseUsage",
 ]
@@ -32,18 +37,92 @@ class RunState(StrEnum):
     """Where a run is. SKIPPED and MISSED are terminal and created so, with a reason."""
 
     QUEUED = "QUEUED"
+    """Waiting for a worker (from ``not_before`` on): new, or back for a retry."""
     LEASED = "LEASED"
+    """Claimed by a worker (``lease_owner``) for attempt ``attempt``, not yet started."""
     RUNNING = "RUNNING"
+    """Its attempt is executing; the worker renews the lease with heartbeats."""
     SUCCEEDED = "SUCCEEDED"
+    """Ended well (perhaps ``ended_early``); handed to the delivery plane."""
     FAILED = "FAILED"
+    """Ended badly, for good: the reason says why (:class:`RunReason`)."""
     TIMED_OUT = "TIMED_OUT"
+    """Its attempt ran past the quota's run timeout (not retried)."""
     CANCELLED = "CANCELLED"
+    """A cancel request was honoured."""
     SKIPPED = "SKIPPED"
+    """Recorded by the scheduler instead of a run (DST gap, overlap, pause)."""
     MISSED = "MISSED"
+    """Recorded by the scheduler for a slot it was too late for (misfire policy)."""
 
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.LEASED, RunState.RUNNING)
 """States in which a run counts as 'still queued or running' for the overlap policy."""
+
+LEASED_STATES = (RunState.LEASED, RunState.RUNNING)
+"""States in which a run is held by a worker's lease: the only ones a fenced write
+of an attempt may change."""
+
+FINISHED_STATES = tuple(s for s in RunState if s not in ACTIVE_STATES)
+"""Terminal states: nothing changes a run in one of these any more."""
+
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts a run gets when its tenant sets none: the reaper's fallback when it
+cannot read the tenant's ``max_attempts`` (the tenants table's default is the same)."""
+
+
+class RunReason(StrEnum):
+    """Why the executor put a run where it is (the ``runs.reason`` column).
+
+    The scheduler writes its own reasons on the runs it records without running
+    (:class:`nbcast.scheduler.policies.Reason`); these are the executor's.
+    """
+
+    retry = "retry"
+    """QUEUED again after a failed attempt, until ``not_before`` (backoff)."""
+    error = "error"
+    """FAILED by an attempt whose failure was not to be retried (``retry=False``)."""
+    max_attempts = "max_attempts"
+    """FAILED after its tenant's ``max_attempts`` attempts failed; the last error kept."""
+    timeout = "timeout"
+    """TIMED_OUT: the attempt ran past the quota's run timeout."""
+    cancelled = "cancelled"
+    """CANCELLED: a cancel request (``nbcast cancel``, the ``replace`` overlap policy)."""
+    lease_expired = "lease_expired"
+    """QUEUED again (or FAILED, out of attempts) by the reaper: the worker holding the
+    lease stopped heartbeating."""
+    budget_exceeded = "budget_exceeded"
+    """FAILED at claim: the tenant's warehouse budget for the month is spent."""
+    ended_early = "ended_early"
+    """SUCCEEDED, but the notebook stopped itself with ``sys.exit()`` part-way
+    (:mod:`nbcast.executor.early_exit`)."""
+    no_such_kernel = "no_such_kernel"
+    """FAILED at once: the notebook's kernelspec is not installed where it ran."""
+    invalid_parameters = "invalid_parameters"
+    """FAILED at once: the parameters do not validate against the pinned notebook."""
+    invalid_notebook = "invalid_notebook"
+    """FAILED at once: the pinned version is not a notebook papermill can run."""
+    submit_refused = "submit_refused"
+    """FAILED at once: the engine refused the attempt's job as it is."""
+
+
+class Outcome(StrEnum):
+    """How one attempt ended (the ``run_attempts.outcome`` column; None while it runs).
+
+    Not to be confused with :class:`nbcast.executor.attempt.AttemptOutcome`, the
+    engine's report of an attempt, whose ``state`` becomes one of these.
+    """
+
+    SUCCEEDED = "SUCCEEDED"
+    """It ran to the end (or to a clean ``sys.exit()``)."""
+    FAILED = "FAILED"
+    """A cell raised, the kernel died, or the attempt could not start."""
+    TIMED_OUT = "TIMED_OUT"
+    """It ran past the run timeout and its kernel was stopped."""
+    CANCELLED = "CANCELLED"
+    """Its run was cancelled while it ran (or its worker was halted)."""
+    LOST = "LOST"
+    """Its lease expired (the worker died or lost the database): the reaper's verdict."""
 
 
 class RunKind(StrEnum):
@@ -100,6 +179,7 @@ class Run(Base):
     fire_at: Mapped[datetime]
     state: Mapped[str] = mapped_column(sa.String(16))
     reason: Mapped[str | None] = mapped_column(sa.String(32))
+    """Why it is in its state: a :class:`RunReason`, or the scheduler's reason."""
     parameters: Mapped[dict[str, Any]] = mapped_column(JSONType)
     serial: Mapped[bool] = mapped_column(default=True)
     """Runs one at a time with the definition's other runs (every overlap policy but
@@ -118,7 +198,10 @@ class Run(Base):
 
 
 class CancelRequest(Base):
-    """A request, from outside the execution plane, to cancel a run."""
+    """A request to cancel a run — from a person (:func:`nbcast.executor.control.cancel_run`)
+    or another plane (the ``replace`` overlap policy). The only way a run is cancelled:
+    a worker honours it, a QUEUED run at its next step and a running one at its next
+    heartbeat. A claim never leases a run with a request."""
 
     __tablename__ = "run_cancel_requests"
 
@@ -149,7 +232,7 @@ class RunAttempt(Base):
     started_at: Mapped[datetime]
     ended_at: Mapped[datetime | None] = mapped_column(default=None)
     outcome: Mapped[str | None] = mapped_column(sa.String(16), default=None)
-    """SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, or LOST (the lease expired)."""
+    """An :class:`Outcome`; None while the attempt runs."""
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     duration_s: Mapped[float | None] = mapped_column(default=None)
     kernel_start_s: Mapped[float | None] = mapped_column(default=None)

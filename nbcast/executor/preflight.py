@@ -1,6 +1,6 @@
 """Permanent failures: what no retry can fix, found before a kernel is started.
 
-A failed attempt is normally retried with backoff (:mod:`nbcast.executor.queue`): a
+A failed attempt is normally retried with backoff (:mod:`nbcast.executor.leases`): a
 kernel that died, a warehouse that was away, a cell that raised may all go better next
 time. Some failures cannot: the attempt would fail the same way every time, so each
 retry only wastes a kernel start and delays the report's owner learning why it did not
@@ -30,18 +30,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = [
-    "INVALID_NOTEBOOK",
-    "INVALID_PARAMETERS",
-    "NO_SUCH_KERNEL",
-    "PermanentFailure",
-    "check_attempt",
-    "permanent_reason",
-]
+from nbcast.executor.models import RunReason
 
-INVALID_NOTEBOOK = "invalid_notebook"
-INVALID_PARAMETERS = "invalid_parameters"
-NO_SUCH_KERNEL = "no_such_kernel"
+__all__ = ["PermanentFailure", "check_attempt", "permanent_reason"]
 
 _MAX_EVALUE_CHARS = 2000
 
@@ -50,7 +41,7 @@ class PermanentFailure(Exception):
     """An attempt that cannot succeed on retry: ``reason`` (module docstring), and the
     ``ename`` / ``evalue`` of what was found."""
 
-    def __init__(self, reason: str, ename: str, evalue: str) -> None:
+    def __init__(self, reason: RunReason, ename: str, evalue: str) -> None:
         super().__init__(reason, ename, evalue)
         self.reason = reason
         self.ename = ename
@@ -60,7 +51,7 @@ class PermanentFailure(Exception):
         return f"{self.reason}: {self.ename}: {self.evalue}"
 
 
-def permanent_reason(exc: BaseException) -> str | None:
+def permanent_reason(exc: BaseException) -> RunReason | None:
     """The permanent-failure reason of ``exc``, or None when a retry might succeed."""
     from jupyter_client.kernelspec import NoSuchKernel
 
@@ -69,15 +60,15 @@ def permanent_reason(exc: BaseException) -> str | None:
     if isinstance(exc, PermanentFailure):
         return exc.reason
     if isinstance(exc, NoSuchKernel):
-        return NO_SUCH_KERNEL
+        return RunReason.no_such_kernel
     if isinstance(exc, (ParameterValueError, ParametersCellError)):
-        return INVALID_PARAMETERS
+        return RunReason.invalid_parameters
     if isinstance(exc, NotebookError):
-        return INVALID_NOTEBOOK
+        return RunReason.invalid_notebook
     return None
 
 
-def _failure(reason: str, exc: BaseException) -> PermanentFailure:
+def _failure(reason: RunReason, exc: BaseException) -> PermanentFailure:
     return PermanentFailure(reason, type(exc).__name__, str(exc))
 
 
@@ -100,15 +91,17 @@ def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[st
         nbformat.reads(notebook_json, as_version=4)
         cell = parameters_cell(notebook)
     except Exception as exc:  # json, nbformat and jsonschema raise unrelated types
-        raise _failure(INVALID_NOTEBOOK, exc) from exc
+        raise _failure(RunReason.invalid_notebook, exc) from exc
     try:
         schema = parse_parameters_cell(cell[1]) if cell else ()
         validate_parameters(schema, parameters)
     except (ParameterValueError, ParametersCellError) as exc:
-        raise _failure(INVALID_PARAMETERS, exc) from exc
+        raise _failure(RunReason.invalid_parameters, exc) from exc
     missing = missing_kernel(notebook)
     if missing is not None:
         raise PermanentFailure(
-            NO_SUCH_KERNEL, "NoSuchKernel", f"no kernelspec named {missing!r} is installed here"
+            RunReason.no_such_kernel,
+            "NoSuchKernel",
+            f"no kernelspec named {missing!r} is installed here",
         )
     return kernel_name(notebook), kernel_language(notebook)

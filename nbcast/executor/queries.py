@@ -1,115 +1,245 @@
 """What people ask of the execution plane's rows: runs, listed and shown.
 
 Queries take a session and the :class:`~nbcast.access.Caller` and return typed
-records; each is scoped to the caller's tenant (a run of another tenant is not
-found). They read the scheduler's and the delivery plane's rows where a run's story
-needs them, and write nothing.
+records (:mod:`nbcast.executor.records`); each is scoped to the caller's tenant (a
+run of another tenant is "not found", never returned). They read the scheduler's and
+the delivery plane's rows where a run's story needs them, and write nothing.
+
+- :func:`list_runs` — the tenant's runs by fire time, keyset-paginated on
+  ``(fire_at, id)`` (the index ``ix_runs_tenant_fire``), filtered by definition,
+  state, kind and a fire-time window;
+- :func:`get_run` — one run with its attempts, why each ended (the failing cell and
+  line, :mod:`nbcast.executor.failures`), its executed notebook, and its renditions
+  and deliveries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
-from nbcast.clock import format_instant
-from nbcast.db import Database
+from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
+from nbcast.artifacts import ArtifactStore
 from nbcast.definitions.models import ReportDefinition
-from nbcast.errors import ScheduleError, UnknownDefinitionError
-from nbcast.executor.models import Run, RunState
+from nbcast.delivery.queries import deliveries_of_run, renditions_of_run
+from nbcast.errors import ConfigError, UnknownDefinitionError
+from nbcast.executor.control import MAX_RUN_ID, run_not_found
+from nbcast.executor.failures import describe_error, read_notebook
+from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunKind, RunState
+from nbcast.executor.records import (
+    AttemptRecord,
+    RunDetail,
+    RunRecord,
+)
 from nbcast.governance.tenants import get_tenant
+from nbcast.limits import clip
 
-__all__ = ["RunInfo", "list_runs"]
+__all__ = ["NOTEBOOKS_READ", "get_run", "list_runs"]
+
+NOTEBOOKS_READ = 5
+"""Executed notebooks :func:`get_run` reads to find failing lines: the latest failed
+attempts' (earlier ones get their line from the traceback alone)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunInfo:
-    """A run as listed by ``nbcast runs list``."""
+def _choice(value: str, allowed: list[str], what: str) -> str:
+    for name in allowed:
+        if name.lower() == value.lower():
+            return name
+    raise ConfigError(f"unknown run {what} {clip(value)} (one of " + "|".join(allowed) + ")")
 
-    id: int
-    definition: str
-    slot_key: str | None
-    kind: str
-    state: str
-    reason: str | None
-    fire_at: datetime
-    version: int
-    parameters: dict[str, Any]
-    created_at: datetime
-    attempt: int = 0
-    artifact_sha256: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
-        return {
-            "id": self.id,
-            "definition": self.definition,
-            "slot_key": self.slot_key,
-            "kind": self.kind,
-            "state": self.state,
-            "reason": self.reason,
-            "fire_at": format_instant(self.fire_at),
-            "version": self.version,
-            "parameters": self.parameters,
-            "created_at": format_instant(self.created_at),
-            "attempt": self.attempt,
-            "artifact_sha256": self.artifact_sha256,
-        }
+def _aware(value: datetime | None, what: str) -> datetime | None:
+    if value is not None and value.utcoffset() is None:
+        raise ConfigError(f"{what} needs a UTC offset")
+    return value
 
 
 def list_runs(
-    db: Database,
-    tenant: str,
+    session: Session,
+    caller: Caller,
     *,
     definition: str | None = None,
     state: str | None = None,
+    kind: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    order: Literal["asc", "desc"] = "asc",
     limit: int | None = None,
-) -> list[RunInfo]:
-    """Runs of ``tenant``, oldest fire time first, optionally filtered."""
-    with db.session() as session:
-        owner = get_tenant(session, tenant)
-        query = (
+    after: str | None = None,
+) -> Page[RunRecord]:
+    """The caller's runs by fire time (then id), oldest first or with ``order="desc"``
+    newest first, a page at a time.
+
+    Filters: ``definition`` (a name; one that does not exist is an error), ``state``
+    (a :class:`~nbcast.executor.models.RunState`) and ``kind`` (a
+    :class:`~nbcast.executor.models.RunKind`), either case; ``since <= fire_at <
+    until`` (aware instants). ``limit`` (:func:`nbcast.access.page_limit`) and
+    ``after`` (the previous page's ``next_after``) page through the result.
+    """
+    tenant = get_tenant(session, caller.tenant)
+    size = page_limit(limit)
+    if order not in ("asc", "desc"):
+        raise ConfigError(f"order must be asc or desc, not {clip(str(order))}")
+    query = (
+        sa.select(Run, ReportDefinition.name)
+        .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
+        .where(Run.tenant_id == tenant.id)
+    )
+    if definition is not None:
+        definition_id = session.scalar(
+            sa.select(ReportDefinition.id).where(
+                ReportDefinition.tenant_id == tenant.id, ReportDefinition.name == definition
+            )
+        )
+        if definition_id is None:
+            raise UnknownDefinitionError(
+                f"no definition named {clip(definition)} in tenant {caller.tenant!r}"
+            )
+        query = query.where(Run.definition_id == definition_id)
+    if state is not None:
+        query = query.where(Run.state == _choice(state, [s.value for s in RunState], "state"))
+    if kind is not None:
+        query = query.where(Run.kind == _choice(kind, [k.value for k in RunKind], "kind"))
+    since, until = _aware(since, "since"), _aware(until, "until")
+    if since is not None and until is not None and since >= until:
+        raise ConfigError("since must be before until")
+    if since is not None:
+        query = query.where(Run.fire_at >= since)
+    if until is not None:
+        query = query.where(Run.fire_at < until)
+    if after is not None:
+        fire_at, run_id = decode_cursor(after, [datetime, int])
+        if fire_at is None or run_id is None:
+            raise ConfigError("after: not a cursor this list handed out")
+        if order == "asc":
+            later = sa.or_(Run.fire_at > fire_at, sa.and_(Run.fire_at == fire_at, Run.id > run_id))
+        else:
+            later = sa.or_(Run.fire_at < fire_at, sa.and_(Run.fire_at == fire_at, Run.id < run_id))
+        query = query.where(later)
+    if order == "asc":
+        query = query.order_by(Run.fire_at, Run.id)
+    else:
+        query = query.order_by(Run.fire_at.desc(), Run.id.desc())
+    rows = session.execute(query.limit(size + 1)).all()
+    records = [_record(run, name) for run, name in rows[:size]]
+    more = len(rows) > size
+    cursor = encode_cursor(records[-1].fire_at, records[-1].id) if more and records else None
+    return Page(records, cursor)
+
+
+def _record(run: Run, definition: str) -> RunRecord:
+    return RunRecord(
+        id=run.id,
+        definition=definition,
+        slot_key=run.slot_key,
+        kind=run.kind,
+        state=run.state,
+        reason=run.reason,
+        fire_at=run.fire_at,
+        version=run.version,
+        parameters=run.parameters,
+        created_at=run.created_at,
+        attempt=run.attempt,
+        artifact_sha256=run.artifact_sha256,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def get_run(
+    session: Session, caller: Caller, run_id: int, *, artifacts: ArtifactStore | None = None
+) -> RunDetail:
+    """Run ``run_id`` of the caller's tenant, in full (module docstring).
+
+    ``artifacts`` is the artifact store (``nbcast.artifacts.open_store(<home>/
+    artifacts)``): with it, a failing line's text is read from the executed notebook;
+    without it, from the traceback. Raises :class:`~nbcast.errors.ExecutionError`
+    ("no run …") for a run that is not the tenant's.
+    """
+    tenant = get_tenant(session, caller.tenant)
+    found = None
+    if 1 <= run_id <= MAX_RUN_ID:
+        found = session.execute(
             sa.select(Run, ReportDefinition.name)
             .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
-            .where(Run.tenant_id == owner.id)
-            .order_by(Run.fire_at, Run.slot_key, Run.id)
+            .where(Run.id == run_id, Run.tenant_id == tenant.id)
+        ).first()
+    if found is None:
+        raise run_not_found(run_id, caller.tenant)
+    run, definition = found.tuple()
+    rows = list(
+        session.scalars(
+            sa.select(RunAttempt)
+            .where(RunAttempt.run_id == run.id, RunAttempt.tenant_id == tenant.id)
+            .order_by(RunAttempt.attempt)
         )
-        if definition is not None:
-            exists = session.scalar(
-                sa.select(ReportDefinition.id).where(
-                    ReportDefinition.tenant_id == owner.id, ReportDefinition.name == definition
-                )
-            )
-            if exists is None:
-                raise UnknownDefinitionError(
-                    f"no definition named {definition!r} in tenant {tenant!r}"
-                )
-            query = query.where(ReportDefinition.name == definition)
-        if state is not None:
-            wanted = state.upper()
-            if wanted not in RunState.__members__:
-                raise ScheduleError(
-                    f"unknown run state {state!r} (one of " + "|".join(RunState.__members__) + ")"
-                )
-            query = query.where(Run.state == wanted)
-        if limit is not None:
-            query = query.limit(limit)
-        return [
-            RunInfo(
-                id=r.id,
-                definition=n,
-                slot_key=r.slot_key,
-                kind=r.kind,
-                state=r.state,
-                reason=r.reason,
-                fire_at=r.fire_at,
-                version=r.version,
-                parameters=r.parameters,
-                created_at=r.created_at,
-                attempt=r.attempt,
-                artifact_sha256=r.artifact_sha256,
-            )
-            for r, n in session.execute(query).all()
-        ]
+    )
+    readable = {
+        a.attempt for a in [a for a in rows if a.error and a.artifact_sha256][-NOTEBOOKS_READ:]
+    }
+    notebooks: dict[str, dict[str, Any] | None] = {}
+
+    def notebook(sha256: str | None) -> dict[str, Any] | None:
+        if sha256 is None:
+            return None
+        if sha256 not in notebooks:
+            notebooks[sha256] = read_notebook(artifacts, sha256)
+        return notebooks[sha256]
+
+    attempts = [
+        AttemptRecord(
+            attempt=a.attempt,
+            outcome=a.outcome,
+            worker=a.worker,
+            host=a.host,
+            engine=a.engine,
+            started_at=a.started_at,
+            ended_at=a.ended_at,
+            duration_s=a.duration_s,
+            kernel_start_s=a.kernel_start_s,
+            artifact_sha256=a.artifact_sha256,
+            error=describe_error(
+                a.error, notebook(a.artifact_sha256) if a.attempt in readable else None
+            ),
+        )
+        for a in rows
+    ]
+    latest = rows[-1] if rows else None
+    sha256 = run.artifact_sha256 or (latest.artifact_sha256 if latest else None)
+    error = None
+    if run.error:
+        same = latest is not None and latest.error == run.error
+        error = describe_error(run.error, notebook(sha256) if same else None)
+    cancel = session.execute(
+        sa.select(CancelRequest.requested_at, CancelRequest.requested_by)
+        .where(CancelRequest.run_id == run.id, CancelRequest.tenant_id == tenant.id)
+        .order_by(CancelRequest.id)
+        .limit(1)
+    ).first()
+    return RunDetail(
+        id=run.id,
+        tenant=tenant.name,
+        definition=definition,
+        version=run.version,
+        slot_key=run.slot_key,
+        kind=run.kind,
+        fire_at=run.fire_at,
+        state=run.state,
+        reason=run.reason,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        not_before=run.not_before,
+        parameters=run.parameters,
+        attempt=run.attempt,
+        notebook_sha256=sha256,
+        error=error,
+        cancel_requested_at=cancel.requested_at if cancel else None,
+        cancel_requested_by=cancel.requested_by if cancel else None,
+        attempts=attempts,
+        renditions=renditions_of_run(session, caller, run.id),
+        deliveries=deliveries_of_run(session, caller, run.id),
+    )

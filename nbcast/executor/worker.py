@@ -50,22 +50,19 @@ from nbcast.clock import Clock
 from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.errors import LeaseLostError
-from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptJob, AttemptOutcome
-from nbcast.executor.bounds import run_timeout
-from nbcast.executor.engines.base import Engine, Resources
-from nbcast.executor.models import Run, RunState
+from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptOutcome
+from nbcast.executor.engines.base import Engine
+from nbcast.executor.leases import Lease, Success
+from nbcast.executor.models import ACTIVE_STATES, Run, RunReason, RunState
 from nbcast.executor.preflight import permanent_reason
-from nbcast.executor.queue import Lease, RunQueue, Success
+from nbcast.executor.queue import RunQueue
 
-__all__ = ["MAX_RECORD_TRIES", "SUBMIT_REFUSED", "Worker", "WorkerStats"]
+__all__ = ["MAX_RECORD_TRIES", "Worker", "WorkerStats", "default_work_dir"]
 
 log = logging.getLogger("nbcast.worker")
 
 MAX_RECORD_TRIES = 3
 """Refusals (not outages) of an outcome by the database before it is recorded bare."""
-
-SUBMIT_REFUSED = "submit_refused"
-"""The reason of a run whose job the engine refused as it is (not retried)."""
 
 
 @dataclass
@@ -200,9 +197,7 @@ class Worker(Service):
             return bool(
                 session.scalar(
                     sa.select(
-                        sa.exists().where(
-                            Run.state.in_(("QUEUED", "LEASED", "RUNNING")), Run.not_before <= now
-                        )
+                        sa.exists().where(Run.state.in_(ACTIVE_STATES), Run.not_before <= now)
                     )
                 )
             )
@@ -250,29 +245,11 @@ class Worker(Service):
         return len(leases)
 
     def _submit(self, lease: Lease) -> None:
-        job = AttemptJob(
-            run_id=lease.run_id,
-            attempt=lease.attempt,
-            tenant=lease.tenant,
-            definition=lease.definition,
-            label=lease.label,
-            notebook_json=lease.notebook_json,
-            parameters=lease.parameters,
-            timeout_s=run_timeout(lease.quota.run_timeout_s),
-            work_dir=self.work_dir,
-            artifacts=self.artifacts,
-            warehouse=lease.warehouse,
-            lake=self.lake,
-        )
-        resources = Resources(
-            tenant=lease.tenant,
-            num_cpus=lease.quota.cpus_per_run,
-            memory_mb=lease.quota.memory_mb_per_run,
-        )
+        job = lease.job(work_dir=self.work_dir, artifacts=self.artifacts, lake=self.lake)
         key = (lease.run_id, lease.attempt)
         self._in_flight[key] = _InFlight(lease, time.monotonic() + self.heartbeat_every)
         try:
-            self.engine.submit(job, resources)
+            self.engine.submit(job, lease.resources())
         except BaseException:
             del self._in_flight[key]
             raise
@@ -281,7 +258,7 @@ class Worker(Service):
         """Record a run that could not be handed to the engine as a failed attempt."""
         reason = permanent_reason(exc)
         if reason is None and isinstance(exc, (ValueError, TypeError)):
-            reason = SUBMIT_REFUSED  # the engine refused the job as it is: so it will again
+            reason = RunReason.submit_refused  # refused as it is: so it will be again
         error: dict[str, Any] = {
             "ename": type(exc).__name__,
             "evalue": str(exc)[:MAX_ERROR_TEXT],

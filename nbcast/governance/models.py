@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, JSONType, utcnow
+from nbcast.executor.models import DEFAULT_MAX_ATTEMPTS
 
 __all__ = ["ServiceHeartbeat", "Tenant", "User"]
 
@@ -26,7 +27,9 @@ class Tenant(Base):
     cpus_per_run: Mapped[float] = mapped_column(default=1.0, server_default="1")
     memory_mb_per_run: Mapped[int] = mapped_column(default=2048, server_default="2048")
     run_timeout_s: Mapped[int] = mapped_column(default=3600, server_default="3600")
-    max_attempts: Mapped[int] = mapped_column(default=3, server_default="3")
+    max_attempts: Mapped[int] = mapped_column(
+        default=DEFAULT_MAX_ATTEMPTS, server_default=str(DEFAULT_MAX_ATTEMPTS)
+    )
     share: Mapped[float] = mapped_column(default=1.0, server_default="1")
     warehouse_budget_bytes: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
     warehouse: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)

@@ -32,10 +32,11 @@ def kernel_children() -> set[int]:
                 continue
             command = " ".join(child.cmdline())
             parent = child.parent()
-            forked = parent is not None and "nbcast.executor.zygote" in " ".join(parent.cmdline())
+            zygote = "nbcast.executor.kernels.zygote_server"
+            forked = parent is not None and zygote in " ".join(parent.cmdline())
             if forked:
                 found.add(child.pid)
-            elif "nbcast.executor.zygote" not in command and "ipykernel" in command:
+            elif zygote not in command and "ipykernel" in command:
                 # (the fork server itself lives as long as the worker: not a kernel)
                 found.add(child.pid)
         except psutil.NoSuchProcess:

@@ -14,8 +14,9 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.delivery.models import OutboxRow
 from nbcast.errors import LeaseLostError
+from nbcast.executor.leases import Success
 from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
-from nbcast.executor.queue import RunQueue, Success, backoff
+from nbcast.executor.queue import RunQueue
 from nbcast.governance.models import Tenant
 from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
@@ -320,6 +321,8 @@ def test_serial_runs_of_one_definition_run_one_at_a_time(db: Database, tmp_path:
 
 def test_backoff_grows_and_is_capped() -> None:
     import random
+
+    from nbcast.retry import backoff
 
     rng = random.Random(1)
     samples = [backoff(n, base=10, cap=100, rng=rng).total_seconds() for n in range(1, 9)]

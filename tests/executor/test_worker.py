@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -117,10 +118,12 @@ def test_cancelling_a_running_run(db: Database, tmp_path: Path) -> None:
         worker = make_worker(db, tmp_path, engine, lease_seconds=1.5)
         while run_state(db, run_id).state != "RUNNING":
             worker.step()
-        assert cancel_run(db, SystemClock(), "default", run_id, by="ana") == "cancel requested"
+        result = cancel_run(db, SystemClock(), Caller(tenant="default", user="ana"), run_id)
+        assert (result.state, result.already_requested) == ("RUNNING", False)
         worker.run(exit_when_idle=True)
     run = run_state(db, run_id)
-    assert run.state == "CANCELLED"
+    assert (run.state, run.reason) == ("CANCELLED", "cancelled")
+    assert [a.outcome for a in attempts(db, run_id)] == ["CANCELLED"]
 
 
 def test_a_variable_of_one_run_is_not_visible_to_the_next(db: Database, tmp_path: Path) -> None:

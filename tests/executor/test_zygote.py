@@ -22,18 +22,20 @@ import pytest
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
-from nbcast.executor.zygote import (
+from nbcast.executor.kernels.forked import (
+    ZygoteKernelManager,
+    ZygoteProvisioner,
+    _fork_plan,
+    zygote_kernel_manager,
+)
+from nbcast.executor.kernels.zygote import (
     DEFAULT_INTERPRETER_OPTIONS,
     Zygote,
     ZygoteError,
-    ZygoteKernelManager,
-    ZygoteProvisioner,
     ZygoteUnavailable,
     _defaults,
-    _fork_plan,
     default_zygote,
     shutdown_default_zygote,
-    zygote_kernel_manager,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -289,7 +291,7 @@ def test_kernel_exits_when_the_zygote_is_killed() -> None:
 WORKER = """
 import sys, time
 from jupyter_client.connect import write_connection_file
-from nbcast.executor.zygote import Zygote
+from nbcast.executor.kernels.zygote import Zygote
 zygote = Zygote().start()
 write_connection_file(sys.argv[1])
 print(zygote.pid, zygote.spawn(sys.argv[1]), flush=True)

@@ -91,7 +91,7 @@ def test_ray_tasks_run_on_kernels_forked_from_a_zygote(ray_cluster: str, tmp_pat
         nbformat.v4.new_code_cell("n = 0", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
             "import os\nparent = open(f'/proc/{os.getppid()}/cmdline').read()\n"
-            "print(n, 'nbcast.executor.zygote_server' in parent)"
+            "print(n, 'nbcast.executor.kernels.zygote_server' in parent)"
         ),
     ]
     jobs = [

@@ -23,8 +23,10 @@ from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import LeaseLostError
+from nbcast.executor.leases import Lease
 from nbcast.executor.models import Run, RunAttempt
-from nbcast.executor.queue import Lease, Quota, RunQueue
+from nbcast.executor.queue import RunQueue
+from nbcast.executor.quotas import Quota
 from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
 from tests.notebooks import make_notebook

@@ -16,16 +16,23 @@ only executes. Its contract:
 
 ``resources`` carries the tenant's quota for the attempt: ``num_cpus``,
 ``memory_mb`` and the tenant name, which the Ray engine turns into task options.
+
+``nbcast worker --engine NAME`` makes its engine with :meth:`Engine.for_worker` when
+the registered factory is an :class:`Engine` subclass (each engine reads the worker
+options it understands), else by calling the factory with ``capacity`` only.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.registry import Registry
+
+if TYPE_CHECKING:
+    from nbcast.db import Database
 
 __all__ = ["Engine", "Resources", "engines"]
 
@@ -44,6 +51,20 @@ class Engine(ABC):
 
     name: str = "engine"
     capacity: int = 1
+
+    @classmethod
+    def for_worker(
+        cls,
+        db: Database,
+        *,
+        capacity: int,
+        warm_kernels: bool = True,
+        address: str | None = None,
+    ) -> Engine:
+        """The engine ``nbcast worker`` runs: ``capacity`` attempts at once, kernels
+        pre-started unless ``warm_kernels`` is False, joining the cluster at
+        ``address`` if the engine has one. This default passes ``capacity`` only."""
+        return cls(capacity=capacity)  # type: ignore[call-arg]
 
     @abstractmethod
     def submit(self, job: AttemptJob, resources: Resources) -> None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome, execute_attempt
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import RunState
+
+if TYPE_CHECKING:
+    from nbcast.db import Database
 
 __all__ = ["LocalEngine"]
 
@@ -39,6 +42,18 @@ class LocalEngine(Engine):
             from nbcast.executor.kernels import KernelPool
 
             self._pool = KernelPool(size=pool_size or capacity)
+
+    @classmethod
+    def for_worker(
+        cls,
+        db: Database,
+        *,
+        capacity: int,
+        warm_kernels: bool = True,
+        address: str | None = None,
+    ) -> LocalEngine:
+        """``capacity`` threads, a warm pool unless ``warm_kernels`` is False."""
+        return cls(capacity, warm_kernels=warm_kernels)
 
     def submit(self, job: AttemptJob, resources: Resources) -> None:
         cancel = threading.Event()

@@ -18,7 +18,7 @@ Tasks never write to the database: the worker that holds the lease records their
 outcome through fenced writes, so a task that outlives its lease cannot complete
 its run. Within a Ray worker process, kernels come from a process-local warm pool
 (``NBCAST_RAY_WARM_KERNELS=0``: none) of kernels forked from a zygote
-(:mod:`nbcast.executor.zygote`), as in the local engine; ``NBCAST_RAY_FORKED_KERNELS=0``
+(:mod:`nbcast.executor.kernels.zygote`), as in the local engine; ``NBCAST_RAY_FORKED_KERNELS=0``
 (or ``NBCAST_FORKED_KERNELS=0``) starts them plainly instead.
 
 Forked kernels in Ray workers, decided after a stall. Once, in the demo, a run inside
@@ -39,7 +39,7 @@ workers (3,150 instead of 15,500 runs/hour). What was found:
   and the first kernel of each worker had its ports chosen *before* the zygote was
   started, so the window spanned the zygote's imports (seconds at the niceness 15
   Ray gives its workers, on a busy machine).
-- **The fix** (:mod:`nbcast.executor.zygote`, :mod:`nbcast.executor.zygote_server`,
+- **The fix** (:mod:`nbcast.executor.kernels.zygote`, :mod:`nbcast.executor.kernels.zygote_server`,
   :mod:`nbcast.executor.kernels`): the zygote is started before ports are chosen;
   a forked kernel checks that it, not another process, listens on each of its ports
   and is killed at once otherwise; a forked kernel's exit handlers are bounded (5 s);
@@ -61,11 +61,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import RunState
+
+if TYPE_CHECKING:
+    from nbcast.db import Database
 
 __all__ = ["RayEngine"]
 
@@ -148,6 +151,31 @@ class RayEngine(Engine):
         )
         self._failed = metrics.Counter(
             "nbcast_runs_failed", "attempts not succeeded", tag_keys=("tenant",)
+        )
+
+    @classmethod
+    def for_worker(
+        cls,
+        db: Database,
+        *,
+        capacity: int,
+        warm_kernels: bool = True,
+        address: str | None = None,
+    ) -> RayEngine:
+        """Join the cluster at ``address`` (else start a local Ray declaring every
+        tenant's resource at its concurrency quota, in ``NBCAST_RAY_TEMP_DIR`` if set);
+        without ``warm_kernels``, Ray workers start a fresh kernel per run."""
+        from nbcast.governance.tenants import list_tenants
+
+        with db.session() as session:
+            tenants = {t.name: t.max_concurrent_runs for t in list_tenants(session)}
+        if not warm_kernels:
+            os.environ["NBCAST_RAY_WARM_KERNELS"] = "0"  # read by the Ray task body
+        return cls(
+            capacity,
+            address=address,
+            tenants=tenants,
+            temp_dir=os.environ.get("NBCAST_RAY_TEMP_DIR"),
         )
 
     def submit(self, job: AttemptJob, resources: Resources) -> None:

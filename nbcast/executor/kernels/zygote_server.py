@@ -1,11 +1,14 @@
 """The zygote's server side: the process that preloads modules and forks Jupyter kernels.
 
-The client (:class:`nbcast.executor.zygote.Zygote`, which holds the overview and the
-jupyter_client integration) runs ``python [options] -m nbcast.executor.zygote_server
-CONFIG`` with one end of a ``socketpair`` (``pass_fds``); ``CONFIG`` is JSON naming
-that descriptor, the client's pid and the modules to preload. The server imports them,
-reports what it imported in its first line, then answers JSON-line requests
-(``spawn``, ``status``, ``shutdown``) until told to stop or orphaned.
+The client (:class:`nbcast.executor.kernels.zygote.Zygote`, which holds the overview;
+the jupyter_client integration is :mod:`nbcast.executor.kernels.forked`) runs
+``python [options] -m nbcast.executor.kernels.zygote_server CONFIG`` with one end of a
+``socketpair`` (``pass_fds``); ``CONFIG`` is JSON naming that descriptor, the client's
+pid and the modules to preload. The server imports them, reports what it imported in
+its first line, then answers JSON-line requests (``spawn``, ``status``, ``shutdown``)
+until told to stop or orphaned. Running it as ``-m`` imports this package's
+``__init__``, which imports nothing until a name is asked for, so the zygote still
+starts with only the standard library.
 
 Design decisions:
 
@@ -256,7 +259,8 @@ class _Server:
 
 
 def _server_main(argv: Sequence[str]) -> int:
-    """Entry point of the zygote process (``python -m nbcast.executor.zygote_server``)."""
+    """Entry point of the zygote process
+    (``python -m nbcast.executor.kernels.zygote_server``)."""
     config = json.loads(argv[0])  # {"fd": socketpair end, "parent": pid, "preload": [...]}
     sock = socket.socket(fileno=config["fd"])
     # Like ipykernel_launcher: `-m` put the current directory first on sys.path.

@@ -30,8 +30,8 @@ Design decisions:
   it starts a fresh one (the cold path). A kernel claimed while still starting skips
   the warm-up: the run will import what it needs anyway. Waiting is bounded by
   ``timeout``.
-- **Single-kernel pieces live in** :mod:`nbcast.executor.kernel_process` (re-exported
-  here): :func:`wait_until_connected`, readiness without jupyter_client's 0.2 s IOPub
+- **Single-kernel pieces live in** :mod:`nbcast.executor.kernels.process`:
+  :func:`wait_until_connected`, readiness without jupyter_client's 0.2 s IOPub
   wait, and :class:`KernelProcess`, which signals and reaps a kernel from any thread
   without its event loop.
 - **Failures back off.** A kernel that fails to start or to warm up is discarded;
@@ -69,24 +69,14 @@ from typing import Any, Self, TypeVar
 
 from jupyter_client.manager import AsyncKernelManager
 
-from nbcast.executor.kernel_process import (
+from nbcast.executor.kernels.process import (
     KernelProcess,
     execute_silently,
     wait_until_connected,
     warmup_code,
 )
 
-__all__ = [
-    "DEFAULT_WARMUP",
-    "DEFAULT_WARMUP_MODULES",
-    "KernelPool",
-    "KernelProcess",
-    "PoolStats",
-    "PooledKernel",
-    "execute_silently",
-    "wait_until_connected",
-    "warmup_code",
-]
+__all__ = ["DEFAULT_WARMUP", "DEFAULT_WARMUP_MODULES", "KernelPool", "PoolStats", "PooledKernel"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -242,13 +232,13 @@ class KernelPool:
         if size < 0:
             raise ValueError("size must be >= 0")
         self._size = size
-        # Kernels forked from a pre-imported zygote (nbcast.executor.zygote) start in a
-        # tenth of the CPU; default on Linux, off with NBCAST_FORKED_KERNELS=0.
+        # Kernels forked from a pre-imported zygote (nbcast.executor.kernels.forked) start
+        # in a tenth of the CPU; default on Linux, off with NBCAST_FORKED_KERNELS=0.
         if forked is None:
             forked = sys.platform == "linux" and os.environ.get("NBCAST_FORKED_KERNELS", "1") != "0"
         self._manager_class: type[AsyncKernelManager] = AsyncKernelManager
         if forked:
-            from nbcast.executor.zygote import ZygoteKernelManager
+            from nbcast.executor.kernels.forked import ZygoteKernelManager
 
             self._manager_class = ZygoteKernelManager
         self._kernel_name = kernel_name

@@ -1,6 +1,6 @@
 """One Jupyter kernel, below the pool: its OS process, its readiness, silent code in it.
 
-:mod:`nbcast.executor.kernels` builds its pool on these (and re-exports them), and the
+:mod:`nbcast.executor.kernels.pool` builds its pool on these, and the
 ``nbcast`` papermill engine (:mod:`nbcast.executor.notebook_runner`) uses them for the
 kernels it runs in. Nothing here knows about the pool.
 
@@ -198,7 +198,7 @@ class KernelProcess:
     def of(cls, manager: AsyncKernelManager) -> KernelProcess | None:
         """The process behind a started kernel manager, or None for non-local provisioners."""
         provisioner = manager.provisioner
-        forked = getattr(provisioner, "forked", None)  # nbcast.executor.zygote kernels
+        forked = getattr(provisioner, "forked", None)  # nbcast.executor.kernels.forked kernels
         popen: Any = (
             _ForkedProcess(forked) if forked is not None else getattr(provisioner, "process", None)
         )

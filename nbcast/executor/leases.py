@@ -1,0 +1,535 @@
+"""What happens to a claimed run: fenced start, heartbeats, completion, retries, and
+the reaper that takes back what a dead worker held.
+
+**Lease and fencing.** A claim (:mod:`nbcast.executor.queue`) sets ``state = LEASED``,
+``lease_owner``, ``lease_expires_at`` and ``attempt = attempt + 1``, and inserts the
+attempt's row; it hands the worker a :class:`Lease`. The attempt number is the fencing
+token: every later write of that attempt — start, heartbeat, success, failure — says
+``WHERE id = :id AND attempt = :attempt AND lease_owner = :owner AND state IN
+('LEASED', 'RUNNING')``, and when it matches no row the attempt has lost the run
+(:class:`~nbcast.errors.LeaseLostError`): a worker that was presumed dead cannot
+complete it. The LEASED → RUNNING transition commits asynchronously on PostgreSQL, like
+the claim: a server crash can only lose leases, and a lost lease is what fencing
+handles. A worker records the successes of one poll together
+(:meth:`Leases.succeed_many`: one durable transaction, each attempt fenced), and in
+that transaction each succeeded run is handed to the delivery plane (an outbox row).
+
+**Retries.** A failed attempt (a cell raised, the worker lost its kernel) is retried
+with exponential backoff and full jitter — ``uniform(0, min(cap, base · 2^(n-1)))``,
+bounded by :mod:`nbcast.executor.bounds` — until ``max_attempts``; then the run is
+FAILED ``max_attempts`` with the last error. A timeout is not retried (TIMED_OUT): a
+report that ran out of time once will do so again. A cancel ends the run CANCELLED.
+A failure recorded with ``retry=False`` ends the run FAILED at once, with the reason
+given (``no_such_kernel``, ``invalid_parameters``, …; :mod:`nbcast.executor.preflight`),
+else ``error``. A success may carry a reason too (``ended_early``). The reasons are
+:class:`~nbcast.executor.models.RunReason`.
+
+**Reaper and cancels** (:class:`Reaper`, run by every worker at every step). A leased
+or running run whose lease has expired goes back to QUEUED (``not_before`` = now +
+backoff) with its attempt marked LOST, or to FAILED ``lease_expired`` once it has had
+``max_attempts`` attempts. A cancel is a row in ``run_cancel_requests``
+(:func:`nbcast.executor.control.cancel_run`, or the scheduler's ``replace`` overlap
+policy): the reaper's :meth:`Reaper.cancel_queued` ends QUEUED runs that have one
+CANCELLED, and :meth:`Leases.heartbeat` tells the worker running one, which stops its
+attempt; the attempt then ends CANCELLED through :meth:`Leases.fail`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from nbcast.clock import Clock
+from nbcast.db import Database, insert_ignore
+from nbcast.errors import LeaseLostError
+from nbcast.executor import bounds
+from nbcast.executor.attempt import AttemptJob
+from nbcast.executor.engines.base import Resources
+from nbcast.executor.models import (
+    DEFAULT_MAX_ATTEMPTS,
+    LEASED_STATES,
+    CancelRequest,
+    Outcome,
+    RunReason,
+    RunState,
+)
+from nbcast.executor.quotas import Quota, record_usage
+from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS, rowcount, skip_locked
+from nbcast.governance.models import Tenant
+
+__all__ = ["REAP_BATCH", "Backoff", "Lease", "Leases", "Reaper", "Success", "lease_lost"]
+
+REAP_BATCH = 500
+"""Expired leases the reaper takes back per pass (the rest at the next pass)."""
+
+_LEASED = ", ".join(f"'{s}'" for s in LEASED_STATES)
+# LEASED → RUNNING for many attempts at once, each fenced; returns those still held.
+# Committed asynchronously like the claim (migration 0004): losing it in a server
+# crash loses a lease, which fencing handles; set_config runs once, in FROM.
+_START_MANY = sa.text(
+    f"UPDATE runs r SET state = '{RunState.RUNNING}', started_at = :now "
+    "FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:owners AS text[])) "
+    "AS f(id, attempt, owner), (SELECT set_config('synchronous_commit', 'off', true)) AS s "
+    "WHERE r.id = f.id AND r.attempt = f.attempt AND r.lease_owner = f.owner "
+    f"AND r.state IN ({_LEASED}) RETURNING r.id, r.attempt"
+).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
+# Many fenced successes at once: the runs, then the attempts of the runs that matched,
+# and the outbox rows that hand each succeeded run to the delivery plane.
+_SUCCEED_MANY = sa.text(
+    "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
+    "CAST(:owners AS text[]), CAST(:artifacts AS text[]), CAST(:durations AS float8[]), "
+    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[]), CAST(:reasons AS text[])) "
+    "AS f(id, attempt, owner, artifact, duration, kernel_start, host, reason)), "
+    f"done AS (UPDATE runs r SET state = '{RunState.SUCCEEDED}', finished_at = :now, "
+    "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, error = NULL, "
+    "reason = f.reason FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
+    f"AND r.lease_owner = f.owner AND r.state IN ({_LEASED}) "
+    "RETURNING r.id, r.attempt, r.tenant_id), "
+    "handed AS (INSERT INTO delivery_outbox (tenant_id, run_id, created_at) "
+    "SELECT tenant_id, id, :now FROM done ON CONFLICT (run_id) DO NOTHING), "
+    "ended AS (UPDATE run_attempts a SET ended_at = :now, "
+    f"outcome = '{Outcome.SUCCEEDED}', error = NULL, "
+    "duration_s = f.duration, kernel_start_s = f.kernel_start, artifact_sha256 = f.artifact, "
+    "host = CASE WHEN f.host = '' THEN a.host ELSE f.host END "
+    "FROM f JOIN done d ON d.id = f.id AND d.attempt = f.attempt "
+    "WHERE a.run_id = f.id AND a.attempt = f.attempt) "
+    "SELECT id, attempt FROM done"
+).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A claimed attempt at a run: everything a worker needs to execute it."""
+
+    run_id: int
+    attempt: int
+    owner: str
+    expires_at: datetime
+    tenant_id: int
+    tenant: str
+    definition_id: int
+    definition: str
+    version: int
+    slot_key: str | None
+    kind: str
+    fire_at: datetime
+    parameters: dict[str, Any]
+    notebook_json: str
+    quota: Quota
+    warehouse: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """``nbcast:<tenant>/<definition>@<slot>``: how the run appears in Ray and logs."""
+        return f"nbcast:{self.tenant}/{self.definition}@{self.slot_key or f'manual-{self.run_id}'}"
+
+    def job(self, *, work_dir: str, artifacts: str, lake: str | None = None) -> AttemptJob:
+        """The attempt as an engine runs it: no database handles, the run timeout
+        bounded (:func:`nbcast.executor.bounds.run_timeout`)."""
+        return AttemptJob(
+            run_id=self.run_id,
+            attempt=self.attempt,
+            tenant=self.tenant,
+            definition=self.definition,
+            label=self.label,
+            notebook_json=self.notebook_json,
+            parameters=self.parameters,
+            timeout_s=bounds.run_timeout(self.quota.run_timeout_s),
+            work_dir=work_dir,
+            artifacts=artifacts,
+            warehouse=self.warehouse,
+            lake=lake,
+        )
+
+    def resources(self) -> Resources:
+        """What the attempt may use, from its tenant's quota."""
+        return Resources(
+            tenant=self.tenant,
+            num_cpus=self.quota.cpus_per_run,
+            memory_mb=self.quota.memory_mb_per_run,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Success:
+    """A successful attempt to record (:meth:`Leases.succeed_many`)."""
+
+    lease: Lease
+    artifact_sha256: str | None
+    duration_s: float
+    kernel_start_s: float | None = None
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    host: str = ""
+    """Where it actually ran (a Ray node), when not the claiming host."""
+    reason: str | None = None
+    """The run's reason: None, or ``ended_early`` (:mod:`nbcast.executor.early_exit`)."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long a run waits before its next attempt (module docstring: Retries)."""
+
+    base: float = 30.0
+    cap: float = 3600.0
+
+    @classmethod
+    def checked(cls, base: float, cap: float) -> Backoff:
+        """A backoff from configured figures: ``ConfigError`` for nonsense, at most
+        :data:`nbcast.executor.bounds.MAX_BACKOFF_S` each."""
+        return cls(bounds.backoff_seconds(base), bounds.backoff_seconds(cap, "retry backoff cap"))
+
+    def delay(self, attempt: int) -> timedelta:
+        """The wait after failed attempt number ``attempt`` (random, full jitter)."""
+        return bounds.retry_delay(attempt, base=self.base, cap=self.cap)
+
+
+def lease_lost(lease: Lease) -> LeaseLostError:
+    """The error of a fenced write that matched no row: the attempt lost its run."""
+    return LeaseLostError(
+        f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
+    )
+
+
+def _fenced(lease: Lease) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        RUNS.c.id == lease.run_id,
+        RUNS.c.attempt == lease.attempt,
+        RUNS.c.lease_owner == lease.owner,
+        RUNS.c.state.in_(LEASED_STATES),
+    )
+
+
+def _end_attempt(
+    conn: sa.Connection,
+    lease: Lease,
+    outcome: Outcome,
+    now: datetime,
+    *,
+    error: dict[str, Any] | None = None,
+    duration_s: float | None = None,
+    kernel_start_s: float | None = None,
+    artifact_sha256: str | None = None,
+    host: str = "",
+) -> None:
+    values: dict[str, Any] = {
+        "ended_at": now,
+        "outcome": outcome,
+        "error": error,
+        "duration_s": duration_s,
+        "kernel_start_s": kernel_start_s,
+        "artifact_sha256": artifact_sha256,
+    }
+    if host:  # where it actually ran (a Ray node), when not the claiming host
+        values["host"] = host
+    conn.execute(
+        sa.update(ATTEMPTS)
+        .where(ATTEMPTS.c.run_id == lease.run_id, ATTEMPTS.c.attempt == lease.attempt)
+        .values(**values)
+    )
+
+
+class Leases:
+    """The fenced writes of the attempts one worker holds (module docstring)."""
+
+    def __init__(self, db: Database, clock: Clock, *, lease: timedelta, backoff: Backoff) -> None:
+        self.db = db
+        self.clock = clock
+        self.lease = lease
+        """How long a heartbeat extends a lease."""
+        self.backoff = backoff
+
+    def start(self, lease: Lease) -> None:
+        """LEASED → RUNNING for this attempt; LeaseLostError if it is no longer held."""
+        if not self.start_many([lease]):
+            raise lease_lost(lease)
+
+    def start_many(self, leases: Sequence[Lease]) -> list[Lease]:
+        """LEASED → RUNNING for several attempts in one transaction; return the ones
+        still held (a lease lost in the meantime is left out, not an error)."""
+        if not leases:
+            return []
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            if self.db.dialect == "postgresql":
+                held = {
+                    (r[0], r[1])
+                    for r in conn.execute(
+                        _START_MANY,
+                        {
+                            "ids": [lease.run_id for lease in leases],
+                            "attempts": [lease.attempt for lease in leases],
+                            "owners": [lease.owner for lease in leases],
+                            "now": now,
+                        },
+                    )
+                }
+                return [lease for lease in leases if (lease.run_id, lease.attempt) in held]
+            kept = []
+            for lease in leases:
+                result = conn.execute(
+                    sa.update(RUNS)
+                    .where(_fenced(lease))
+                    .values(state=RunState.RUNNING, started_at=now)
+                )
+                if rowcount(result) == 1:
+                    kept.append(lease)
+            return kept
+
+    def heartbeat(self, lease: Lease) -> bool:
+        """Extend the lease; return True if a cancel was requested. LeaseLostError if lost."""
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(RUNS).where(_fenced(lease)).values(lease_expires_at=now + self.lease)
+            )
+            if rowcount(result) != 1:
+                raise lease_lost(lease)
+            return bool(
+                conn.scalar(sa.select(sa.exists().where(CancelRequest.run_id == lease.run_id)))
+            )
+
+    def succeed(
+        self,
+        lease: Lease,
+        *,
+        artifact_sha256: str | None,
+        duration_s: float,
+        kernel_start_s: float | None = None,
+        usage: list[dict[str, Any]] | None = None,
+        host: str = "",
+        reason: str | None = None,
+    ) -> None:
+        """Record success (fenced), with the attempt and the warehouse figures."""
+        success = Success(
+            lease=lease,
+            artifact_sha256=artifact_sha256,
+            duration_s=duration_s,
+            kernel_start_s=kernel_start_s,
+            usage=usage or [],
+            host=host,
+            reason=reason,
+        )
+        if self.succeed_many([success]):
+            raise lease_lost(lease)
+
+    def succeed_many(self, successes: Sequence[Success]) -> list[Success]:
+        """Record several successes in one transaction; return the ones refused
+        because their lease was lost (the others are recorded all the same).
+
+        Each is fenced exactly as a single success is. On PostgreSQL the runs and
+        their attempts are updated by one statement over arrays of the attempts'
+        figures; on SQLite, statement by statement in the one transaction.
+        """
+        if not successes:
+            return []
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            if self.db.dialect == "postgresql":
+                done = {
+                    (r[0], r[1])
+                    for r in conn.execute(
+                        _SUCCEED_MANY,
+                        {
+                            "ids": [s.lease.run_id for s in successes],
+                            "attempts": [s.lease.attempt for s in successes],
+                            "owners": [s.lease.owner for s in successes],
+                            "artifacts": [s.artifact_sha256 for s in successes],
+                            "durations": [s.duration_s for s in successes],
+                            "kernel_starts": [s.kernel_start_s for s in successes],
+                            "hosts": [s.host for s in successes],
+                            "reasons": [s.reason for s in successes],
+                            "now": now,
+                        },
+                    )
+                }
+            else:
+                done = {
+                    (s.lease.run_id, s.lease.attempt)
+                    for s in successes
+                    if self._succeed_one(conn, s, now)
+                }
+            for s in successes:
+                if s.usage and (s.lease.run_id, s.lease.attempt) in done:
+                    _record(conn, s.lease, s.usage, now)
+        return [s for s in successes if (s.lease.run_id, s.lease.attempt) not in done]
+
+    def _succeed_one(self, conn: sa.Connection, s: Success, now: datetime) -> bool:
+        """SQLite: one fenced success, as ``_SUCCEED_MANY`` does each; False if refused."""
+        result = conn.execute(
+            sa.update(RUNS)
+            .where(_fenced(s.lease))
+            .values(
+                state=RunState.SUCCEEDED,
+                finished_at=now,
+                artifact_sha256=s.artifact_sha256,
+                lease_owner=None,
+                lease_expires_at=None,
+                error=None,
+                reason=s.reason,
+            )
+        )
+        if rowcount(result) != 1:
+            return False
+        handed = {"tenant_id": s.lease.tenant_id, "run_id": s.lease.run_id, "created_at": now}
+        conn.execute(insert_ignore(OUTBOX, [handed], "sqlite"))
+        _end_attempt(
+            conn,
+            s.lease,
+            Outcome.SUCCEEDED,
+            now,
+            duration_s=s.duration_s,
+            kernel_start_s=s.kernel_start_s,
+            artifact_sha256=s.artifact_sha256,
+            host=s.host,
+        )
+        return True
+
+    def fail(
+        self,
+        lease: Lease,
+        error: dict[str, Any],
+        *,
+        outcome: RunState = RunState.FAILED,
+        duration_s: float | None = None,
+        artifact_sha256: str | None = None,
+        usage: list[dict[str, Any]] | None = None,
+        retry: bool = True,
+        host: str = "",
+        reason: str | None = None,
+    ) -> RunState:
+        """Record a failed attempt (fenced); retry with backoff if attempts remain.
+
+        ``outcome`` is FAILED, TIMED_OUT or CANCELLED; only FAILED is retried, and only
+        with ``retry``. A FAILED run that ends gets ``reason`` when given (a permanent
+        failure's), else ``max_attempts`` / ``error``. Returns the run's new state.
+        """
+        now = self.clock.now()
+        retryable = outcome is RunState.FAILED and retry
+        values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None, "error": error}
+        if retryable and lease.attempt < lease.quota.max_attempts:
+            state = RunState.QUEUED
+            values.update(not_before=now + self.backoff.delay(lease.attempt))
+            values.update(reason=RunReason.retry)
+        else:
+            state = outcome
+            values.update(finished_at=now, artifact_sha256=artifact_sha256)
+            values.update(reason=_ending_reason(outcome, reason, retryable=retryable))
+        with self.db.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(RUNS).where(_fenced(lease)).values(state=state, **values)
+            )
+            if rowcount(result) != 1:
+                raise lease_lost(lease)
+            _end_attempt(
+                conn,
+                lease,
+                Outcome(outcome.value),
+                now,
+                error=error,
+                duration_s=duration_s,
+                artifact_sha256=artifact_sha256,
+                host=host,
+            )
+            _record(conn, lease, usage or [], now)
+        return state
+
+
+def _ending_reason(outcome: RunState, reason: str | None, *, retryable: bool) -> str:
+    """The reason of a run ended by a failed attempt (module docstring: Retries)."""
+    if outcome is RunState.TIMED_OUT:
+        return RunReason.timeout
+    if outcome is RunState.CANCELLED:
+        return RunReason.cancelled
+    if reason is not None:
+        return reason
+    return RunReason.max_attempts if retryable else RunReason.error
+
+
+def _record(conn: sa.Connection, lease: Lease, usage: list[dict[str, Any]], now: datetime) -> None:
+    record_usage(
+        conn,
+        tenant_id=lease.tenant_id,
+        run_id=lease.run_id,
+        attempt=lease.attempt,
+        usage=usage,
+        now=now,
+    )
+
+
+class Reaper:
+    """Takes back expired leases and honours cancel requests of QUEUED runs; every
+    worker runs it at every step, for every worker's runs (module docstring)."""
+
+    def __init__(self, db: Database, clock: Clock, *, backoff: Backoff) -> None:
+        self.db = db
+        self.clock = clock
+        self.backoff = backoff
+
+    def reap(self) -> int:
+        """Return runs with expired leases to the queue (or FAILED); return how many."""
+        now = self.clock.now()
+        count = 0
+        with self.db.session() as session:
+            expired = session.execute(
+                skip_locked(
+                    self.db.dialect,
+                    sa.select(RUNS.c.id, RUNS.c.attempt, RUNS.c.tenant_id)
+                    .where(RUNS.c.state.in_(LEASED_STATES), RUNS.c.lease_expires_at < now)
+                    .limit(REAP_BATCH),
+                )
+            ).all()
+            if not expired:
+                return 0
+            attempts = dict(
+                session.execute(sa.select(Tenant.id, Tenant.max_attempts)).tuples().all()
+            )
+            conn = session.connection()
+            for run_id, attempt, tenant_id in expired:
+                lost = {
+                    "reason": RunReason.lease_expired.value,
+                    "message": f"attempt {attempt} stopped heartbeating",
+                }
+                values: dict[str, Any] = {"reason": RunReason.lease_expired}
+                if attempt >= attempts.get(tenant_id, DEFAULT_MAX_ATTEMPTS):
+                    values.update(state=RunState.FAILED, finished_at=now)
+                else:
+                    retry_at = now + self.backoff.delay(attempt)
+                    values.update(state=RunState.QUEUED, not_before=retry_at)
+                conn.execute(
+                    sa.update(RUNS)
+                    .where(
+                        RUNS.c.id == run_id,
+                        RUNS.c.attempt == attempt,
+                        RUNS.c.state.in_(LEASED_STATES),
+                    )
+                    .values(lease_owner=None, lease_expires_at=None, error=lost, **values)
+                )
+                conn.execute(
+                    sa.update(ATTEMPTS)
+                    .where(
+                        ATTEMPTS.c.run_id == run_id,
+                        ATTEMPTS.c.attempt == attempt,
+                        ATTEMPTS.c.outcome.is_(None),
+                    )
+                    .values(outcome=Outcome.LOST, ended_at=now, error=lost)
+                )
+                count += 1
+        return count
+
+    def cancel_queued(self) -> int:
+        """QUEUED runs with a cancel request become CANCELLED; return how many."""
+        now = self.clock.now()
+        with self.db.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(RUNS)
+                .where(
+                    RUNS.c.state == RunState.QUEUED,
+                    sa.exists().where(CancelRequest.run_id == RUNS.c.id),
+                )
+                .values(state=RunState.CANCELLED, reason=RunReason.cancelled, finished_at=now)
+            )
+            return rowcount(result)

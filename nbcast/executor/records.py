@@ -1,0 +1,167 @@
+"""The records the execution plane's queries return (:mod:`nbcast.executor.queries`).
+
+Each is an immutable dataclass with a ``to_json()`` that gives instants as ISO 8601
+UTC with ``Z`` — the form ``nbcast runs list|show --json`` prints and the REST API
+will serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from nbcast.clock import format_instant
+from nbcast.executor.failures import ErrorInfo
+from nbcast.executor.models import RunState
+
+if TYPE_CHECKING:
+    from nbcast.delivery.queries import DeliveryRecord, RenditionRecord
+
+__all__ = ["AttemptRecord", "RunDetail", "RunRecord"]
+
+
+def _instant(value: datetime | None) -> str | None:
+    return format_instant(value) if value is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """A run as listed (``nbcast runs list``)."""
+
+    id: int
+    definition: str
+    slot_key: str | None
+    kind: str
+    state: str
+    reason: str | None
+    fire_at: datetime
+    version: int
+    parameters: dict[str, Any]
+    created_at: datetime
+    attempt: int = 0
+    """Attempts made so far (the current attempt's number)."""
+    artifact_sha256: str | None = None
+    """The executed notebook, once the run has ended with one."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (the keys of ``runs list --json``)."""
+        return {
+            "id": self.id,
+            "definition": self.definition,
+            "slot_key": self.slot_key,
+            "kind": self.kind,
+            "state": self.state,
+            "reason": self.reason,
+            "fire_at": format_instant(self.fire_at),
+            "version": self.version,
+            "parameters": self.parameters,
+            "created_at": format_instant(self.created_at),
+            "attempt": self.attempt,
+            "artifact_sha256": self.artifact_sha256,
+            "started_at": _instant(self.started_at),
+            "finished_at": _instant(self.finished_at),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptRecord:
+    """One attempt at a run: who ran it, where, for how long, and how it ended."""
+
+    attempt: int
+    outcome: str | None
+    """An :class:`~nbcast.executor.models.Outcome`; None while it runs."""
+    worker: str
+    host: str
+    engine: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration_s: float | None = None
+    kernel_start_s: float | None = None
+    artifact_sha256: str | None = None
+    """Its executed notebook (kept for failures too)."""
+    error: ErrorInfo | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "worker": self.worker,
+            "host": self.host,
+            "engine": self.engine,
+            "started_at": format_instant(self.started_at),
+            "ended_at": _instant(self.ended_at),
+            "duration_s": self.duration_s,
+            "kernel_start_s": self.kernel_start_s,
+            "artifact_sha256": self.artifact_sha256,
+            "error": self.error.to_json() if self.error is not None else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDetail:
+    """Everything about one run (``nbcast runs show``): its context, its attempts and
+    why they ended, its executed notebook, and what the delivery plane made of it."""
+
+    id: int
+    tenant: str
+    definition: str
+    version: int
+    slot_key: str | None
+    kind: str
+    fire_at: datetime
+    state: str
+    reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    not_before: datetime
+    """When it may be claimed (a retry's backoff)."""
+    parameters: dict[str, Any]
+    attempt: int
+    notebook_sha256: str | None
+    """The executed notebook's sha256: the run's, else its latest attempt's."""
+    error: ErrorInfo | None
+    """Why it failed (or why its last attempt did), as far as it is known."""
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    attempts: list[AttemptRecord]
+    renditions: list[RenditionRecord]
+    """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
+    deliveries: list[DeliveryRecord]
+    """The delivery ledger's rows of the run, one per recipient and channel."""
+
+    @property
+    def next_try_at(self) -> datetime | None:
+        """When a run waiting for a retry may be claimed again (None otherwise)."""
+        return self.not_before if self.state == RunState.QUEUED and self.attempt else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "definition": self.definition,
+            "version": self.version,
+            "slot_key": self.slot_key,
+            "kind": self.kind,
+            "fire_at": format_instant(self.fire_at),
+            "state": self.state,
+            "reason": self.reason,
+            "created_at": format_instant(self.created_at),
+            "started_at": _instant(self.started_at),
+            "finished_at": _instant(self.finished_at),
+            "not_before": format_instant(self.not_before),
+            "parameters": self.parameters,
+            "attempt": self.attempt,
+            "notebook_sha256": self.notebook_sha256,
+            "error": self.error.to_json() if self.error is not None else None,
+            "cancel_requested_at": _instant(self.cancel_requested_at),
+            "cancel_requested_by": self.cancel_requested_by,
+            "attempts": [a.to_json() for a in self.attempts],
+            "renditions": [r.to_json() for r in self.renditions],
+            "deliveries": [d.to_json() for d in self.deliveries],
+        }
