@@ -239,6 +239,7 @@ COMMANDS = [
     ["backfill"],
     ["run"],
     ["runs", "list"],
+    ["runs", "show"],
     ["cancel"],
     ["deliveries", "list"],
     ["deliver"],
@@ -271,6 +272,12 @@ OPTIONS = [
     "-p",
     "--dst-gap",
     "--start",
+    "--kind",
+    "--since",
+    "--until",
+    "--after",
+    "--order",
+    "--channel",
 ]
 ARGUMENT = st.one_of(
     st.sampled_from(OPTIONS),

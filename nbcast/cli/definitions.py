@@ -60,24 +60,19 @@ def publish(
 
 
 def _check_publishable(prepared: Any) -> None:
-    """Checks that depend on where nbcast runs rather than on the notebook: webhook
-    URLs against the configured policy (refused), the kernel (a warning)."""
-    from nbcast.delivery.webhook_policy import check_webhook_url, load_webhook_policy
-    from nbcast.errors import ConfigError, MetadataError
+    """Checks that depend on where nbcast runs rather than on the notebook: each
+    subscription's recipient against its channel's deployment rules (refused — e.g. a
+    webhook URL the policy forbids), the kernel (a warning)."""
+    import os
+
+    from nbcast.delivery.channels import channel_class
+    from nbcast.errors import MetadataError
     from nbcast.executor.kernelspec_check import missing_kernel
 
-    webhooks = [
-        (index, sub.to)
-        for index, sub in enumerate(prepared.spec.subscriptions)
-        if sub.channel == "webhook"
-    ]
-    if webhooks:
-        policy = load_webhook_policy()
-        for index, url in webhooks:
-            try:
-                check_webhook_url(url, policy, resolve=False)
-            except ConfigError as exc:
-                raise MetadataError(f"subscriptions[{index}].to", str(exc)) from None
+    for index, sub in enumerate(prepared.spec.subscriptions):
+        problem = channel_class(sub.channel).check_recipient_here(sub.to, os.environ)
+        if problem:
+            raise MetadataError(f"subscriptions[{index}].to", problem)
     kernel = missing_kernel(prepared.notebook)
     if kernel is not None:
         click.echo(

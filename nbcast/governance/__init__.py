@@ -2,3 +2,5 @@
 
 Its tables are ``tenants`` and ``users``; a ``default`` tenant always exists.
 """
+
+__all__: list[str] = []

@@ -32,9 +32,9 @@ from nbcast.definitions.spec import (
     DstFold,
     DstGap,
     ScheduleSpec,
-    parse_duration,
     zone_problem,
 )
+from nbcast.durations import parse_duration
 from nbcast.errors import ScheduleError
 from nbcast.limits import MAX_SCHEDULE_DURATION
 from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone

@@ -14,9 +14,9 @@ from nbcast.definitions.spec import (
     MisfirePolicy,
     OutputFormat,
     OverlapPolicy,
-    parse_duration,
     parse_spec,
 )
+from nbcast.durations import parse_duration
 from nbcast.errors import MetadataError
 
 SCHEMA = parse_parameters_cell('region = "EMEA"\ntop_n = 10\n')
