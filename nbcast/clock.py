@@ -172,8 +172,12 @@ class AcceleratedClock(Clock):
         self.epoch = time.time() if epoch is None else epoch
 
     def now(self) -> datetime:
+        from nbcast.limits import WALL_TIME_MAX
+
+        # Simulated time stops at the end of nbcast's domain rather than overflowing.
+        room = (WALL_TIME_MAX.replace(tzinfo=UTC) - self.start).total_seconds()
         elapsed = (time.time() - self.epoch) * self.factor
-        return self.start + timedelta(seconds=max(elapsed, 0.0))
+        return self.start + timedelta(seconds=min(max(elapsed, 0.0), max(room, 0.0)))
 
     def _real_seconds(self, seconds: float) -> float:
         return seconds / self.factor

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbcast.errors import ConfigError, StorageError
-from nbcast.limits import clip
+from nbcast.limits import clip, storable_text
 
 __all__ = ["DEFAULT_TENANT", "Settings", "load_settings", "mask_url", "prepare_home"]
 
@@ -69,9 +69,17 @@ def _login_name() -> str:
 
 
 def mask_url(url: str) -> str:
-    """``url`` with the password of any ``user:password@`` replaced by ``***``, for
-    messages — without parsing it, so it works on URLs that do not parse."""
-    return clip(re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url), 200)[1:-1]
+    """``url`` with any password hidden, for messages: the ``user:password@`` part and
+    query parameters that carry a secret (``password=``, ``token=``, ``secret=``, …)
+    become ``***`` — without parsing it, so it works on URLs that do not parse."""
+    masked = re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url)
+    masked = re.sub(
+        r"([?&;](?:[a-z_]*pass(?:word)?|[a-z_]*secret|[a-z_]*token|sslpassword|api_?key)=)[^&;#]*",
+        r"\1***",
+        masked,
+        flags=re.IGNORECASE,
+    )
+    return clip(masked, 200)[1:-1]
 
 
 def check_database_url(url: str) -> str:
@@ -114,7 +122,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     check_database_url(url)
     tenant = check_tenant_name(env.get("NBCAST_TENANT") or DEFAULT_TENANT)
     user = env.get("NBCAST_USER") or _login_name()
-    if not _USER_NAME.fullmatch(user):
+    if not _USER_NAME.fullmatch(user) or not storable_text(user):
         raise ConfigError(f"NBCAST_USER: {clip(user)} must be 1-128 printable characters")
     return Settings(home=home, database_url=url, tenant=tenant, user=user)
 
@@ -124,14 +132,27 @@ def prepare_home(home: Path) -> Path:
 
     An existing home that group or others may read is tightened to ``0700``, and the
     embedded database files in it to ``0600``, with a warning: they hold live
-    signing keys and link tokens. Raises :class:`StorageError` if ``home`` cannot be
-    created.
+    signing keys and link tokens. A folder that is not this user's, or that is
+    shared on purpose (world-writable or sticky, like ``/tmp``), is refused rather
+    than changed — tightening it would break it for everyone else. Raises
+    :class:`StorageError` if ``home`` cannot be created or is refused.
     """
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mode = stat.S_IMODE(home.stat().st_mode)
+        info = home.stat()
     except OSError as exc:
         raise StorageError(f"cannot create the nbcast home {home}: {exc.strerror}") from None
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.getuid():
+        raise StorageError(
+            f"the nbcast home {home} belongs to another user; choose a folder of your own "
+            "(NBCAST_HOME)"
+        )
+    if mode & (stat.S_ISVTX | stat.S_IWOTH):
+        raise StorageError(
+            f"the nbcast home {home} is a shared folder (mode {mode:o}); choose a folder "
+            "of nbcast's own (NBCAST_HOME)"
+        )
     if mode & 0o077:
         try:
             home.chmod(0o700)

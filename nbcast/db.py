@@ -203,8 +203,9 @@ class Database:
 
     @property
     def safe_url(self) -> str:
-        """The URL with any password hidden, for messages."""
-        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        """The URL with any password hidden (also one given as a query parameter), for
+        messages and logs."""
+        return _safe(self.url)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -280,8 +281,10 @@ class Database:
 
 
 def _safe(url: str) -> str:
+    from nbcast.config import mask_url
+
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
+        return mask_url(sa.engine.make_url(url).render_as_string(hide_password=True))
     except Exception:
         return "(unparsable URL)"
 
@@ -324,6 +327,14 @@ def _check_sqlite_file(path: Path) -> None:
         )
     if header != _SQLITE_HEADER:
         raise StorageError(f"database {path} is not an SQLite database (file is not a database)")
+    links = path.stat().st_nlink
+    if links > 1:
+        # Each name would get its own -wal file: SQLite cannot share such a database
+        # safely, and one scheduler lock per name would not keep two schedulers apart.
+        raise StorageError(
+            f"database {path} has {links} hard links; SQLite cannot share a database "
+            "file under several names (use one path)"
+        )
 
 
 def _private(path: Path) -> None:

@@ -31,8 +31,9 @@ repeated failures of one        backoff 30 s doubling to   scheduler (poison def
 definition                      at most 1 h
 ==============================  =========================  ==================================
 
-NUL characters are refused in every string that is stored (PostgreSQL cannot store
-them in ``text`` or ``jsonb``; SQLite could, and then the two would disagree).
+NUL characters and lone surrogates (text that is not valid Unicode) are refused in
+every string that is stored (PostgreSQL cannot store them in ``text`` or ``jsonb``;
+SQLite could, and then the two would disagree).
 
 Error messages echo at most :data:`ECHO_CHARS` characters of any input
 (:func:`clip`), so a 10,000-character name or a 5,000-digit number never floods a
@@ -69,6 +70,7 @@ __all__ = [
     "instant_in_range",
     "json_problem",
     "notebook_byte_limit",
+    "storable_text",
     "too_deep",
 ]
 
@@ -151,6 +153,8 @@ def json_problem(
         if isinstance(item, str):
             if "\x00" in item:
                 return f"{label}: contains a NUL character"
+            if not _encodable(item):
+                return f"{label}: is not valid Unicode (a lone surrogate)"
             if max_string is not None and len(item) > max_string:
                 return f"{label}: a string longer than {max_string:,} characters"
         elif isinstance(item, bool):
@@ -161,6 +165,19 @@ def json_problem(
         elif isinstance(item, float) and not math.isfinite(item):
             return f"{label}: {item!r} is not a finite number"
     return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def storable_text(text: str) -> bool:
+    """Whether ``text`` can be stored as is: no NUL, no lone surrogate."""
+    return "\x00" not in text and _encodable(text)
 
 
 def too_deep(value: Any, limit: int) -> bool:

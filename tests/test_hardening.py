@@ -539,3 +539,212 @@ def test_backoff_is_finite_for_any_attempt() -> None:
         for base, cap in ((30.0, 3600.0), (float("nan"), float("inf")), (1e300, 1e300)):
             delay = backoff(attempt, base=base, cap=cap)
             assert timedelta(0) <= delay <= timedelta(seconds=MAX_BACKOFF_S)
+
+
+# -- found by the hostile review after the first round ---------------------------------
+
+
+def test_export_never_overwrites_without_force_nor_writes_into_the_home(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], nbcast_home: Path
+) -> None:
+    assert run(capsys, "publish", str(make_notebook(tmp_path / "e.ipynb")))[0] == 0
+    database = nbcast_home / "nbcast.db"
+    before = database.read_bytes() if database.exists() else b""
+    for target, message in (
+        (nbcast_home / "nbcast.db", "inside the nbcast home"),
+        (tmp_path / "no" / "such" / "folder" / "x.ipynb", "does not exist"),
+        (tmp_path / "e.ipynb", "add --force"),
+    ):
+        assert_refused(*run(capsys, "export", "e", "-o", str(target)), message)
+    if before:
+        assert database.read_bytes()[:16] == before[:16]
+    assert not (tmp_path / "no").exists()
+    assert run(capsys, "export", "e", "-o", str(tmp_path / "e.ipynb"), "--force")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("nbcast", "message"),
+    [
+        ({"description": "a\ud800b"}, "not valid Unicode"),
+        ({"parameters": {"region": "\udfff"}}, "not valid Unicode"),
+    ],
+    ids=["description", "parameter"],
+)
+def test_lone_surrogates_are_bad_input(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], nbcast: Any, message: str
+) -> None:
+    path = tmp_path / "s.ipynb"
+    document = json.loads(make_notebook(path).read_text())
+    document["metadata"]["nbcast"] = nbcast
+    path.write_text(json.dumps(document))  # \\ud800 escapes: valid JSON, invalid Unicode
+    assert run(capsys, "db", "upgrade")[0] == 0
+    before = counts(use_db)
+    assert_refused(*run(capsys, "publish", str(path)), message)
+    assert_refused(
+        *run(capsys, "publish", str(make_notebook(tmp_path / "ok.ipynb")), "-m", "x\ud800"),
+        "message",
+    )
+    assert counts(use_db) == before
+
+
+def test_a_surrogate_in_the_command_line_never_breaks_the_error_path(
+    tmp_path: Path, nbcast_home: Path
+) -> None:
+    notebook = make_notebook(tmp_path / "none.ipynb")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nbcast",
+            "publish",
+            str(notebook),
+            "-m",
+            b"\xed\xa0\x80",
+        ],
+        env={**os.environ, "NBCAST_HOME": str(nbcast_home)},
+        capture_output=True,
+    )
+    assert b"message" in done.stderr
+    assert done.returncode == 2
+    assert b"Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_numbers_the_database_cannot_hold_are_refused_at_the_edge(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "publish", str(make_notebook(tmp_path / "v.ipynb")))[0] == 0
+    huge = "99999999999999999999"
+    for argv in (
+        ["definitions", "show", "v", "--version", huge],
+        ["diff", "v", "1", huge],
+        ["export", "v", "--version", huge, "-o", str(tmp_path / "x.ipynb")],
+    ):
+        assert_refused(*run(capsys, *argv), "is not in the range")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--concurrency", "0"],
+        ["worker", "--retry-backoff", "inf"],
+        ["worker", "--lease-seconds", "1e-9"],
+        ["scheduler", "run", "--max-sleep", "1e308"],
+        ["scheduler", "run", "--max-sleep", "nan"],
+        ["scheduler", "run", "--max-sleep", "-1"],
+        ["delivery-worker", "--poll", "nan"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_service_options_are_bounded(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert_refused(code, out, err, "")
+
+
+def test_passwords_in_query_parameters_are_masked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "NBCAST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:1/x?password=topsecret"
+    )
+    code, out, err = run(capsys, "runs", "list")
+    assert_refused(code, out, err, "password=***")
+    assert "topsecret" not in err
+
+
+def test_control_characters_never_reach_the_terminal(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "publish", str(make_notebook(tmp_path / "c.ipynb")))[0] == 0
+    # JSON escapes: the decoded key holds a real ESC and BEL.
+    code, _out, err = run(capsys, "run", "c", "-p", r'region={"\u001b]0;pwned\u0007": 1}')
+    assert code == 2
+    assert "\x1b" not in err
+    assert "\x07" not in err
+
+
+def test_duplicate_keys_and_cell_ids_are_refused(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "publish", str(make_notebook(tmp_path / "d.ipynb")))[0] == 0
+    assert_refused(*run(capsys, "run", "d", "-p", 'region={"a": 1, "a": 2}'), "given twice")
+    twice = make_notebook(
+        tmp_path / "twice.ipynb",
+        extra_cells=[
+            {"cell_type": "markdown", "id": "body", "metadata": {}, "source": "again"},
+        ],
+    )
+    assert_refused(*run(capsys, "publish", str(twice)), "repeats the cell id")
+    raw = tmp_path / "keys.ipynb"
+    raw.write_text(
+        '{"cells": [], "metadata": {"nbcast": {"name": "a", "name": "b"}}, '
+        '"nbformat": 4, "nbformat_minor": 5}'
+    )
+    assert_refused(*run(capsys, "publish", str(raw)), "appears twice")
+
+
+def test_a_shared_folder_is_not_made_private_but_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("NBCAST_HOME", str(shared))
+    assert_refused(*run(capsys, "definitions", "list"), "shared folder")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
+def test_a_hard_linked_database_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    nbcast_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert run(capsys, "db", "upgrade")[0] == 0
+    os.link(nbcast_home / "nbcast.db", tmp_path / "other-name.db")
+    monkeypatch.setenv("NBCAST_DATABASE_URL", f"sqlite:///{tmp_path / 'other-name.db'}")
+    assert_refused(*run(capsys, "scheduler", "tick"), "hard links")
+
+
+def test_the_error_log_is_never_written_through_a_planted_link(
+    tmp_path: Path, nbcast_home: Path
+) -> None:
+    nbcast_home.mkdir(parents=True)
+    (nbcast_home / "logs").write_text("a file where the log folder should be")
+    planted = tmp_path / "tmp" / f"nbcast-{os.getuid()}"
+    planted.mkdir(parents=True)
+    planted.chmod(0o777)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("")
+    (planted / "errors.log").symlink_to(victim)
+    code = (
+        "import sys, nbcast.cli as c\n"
+        "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
+        "import nbcast.definitions.queries as q; q.list_definitions = boom\n"
+        "sys.exit(c.main(['definitions', 'list']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "NBCAST_HOME": str(nbcast_home), "TMPDIR": str(tmp_path / "tmp")},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "internal error" in done.stderr
+    assert victim.read_text() == ""
+
+
+def test_an_accelerated_clock_stops_at_the_end_of_the_domain(nbcast_home: Path) -> None:
+    env = {
+        **os.environ,
+        "NBCAST_HOME": str(nbcast_home),
+        "NBCAST_CLOCK": "accelerated:2026-01-01T00:00:00Z:1e9",
+        "NBCAST_CLOCK_EPOCH": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "nbcast", "scheduler", "tick", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr

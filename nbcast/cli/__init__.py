@@ -26,6 +26,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -67,7 +68,13 @@ for _area in (db, definitions, schedule, scheduler, runs, worker, tenants, deliv
 
 
 def _one_line(text: str, limit: int = 1000) -> str:
+    """``text`` on one line, control characters escaped (no terminal escape sequence or
+    NUL from an input reaches the screen), at most ``limit`` characters."""
     line = " ".join(str(text).split())
+    line = "".join(
+        ch if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF else ascii(ch)[1:-1]
+        for ch in line
+    )
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -77,28 +84,51 @@ def error_line(message: str) -> None:
 
 
 def _log_internal_error(exc: BaseException) -> str:
-    """Append the traceback to the error log; return where it went."""
-    import tempfile
-    import traceback
-    from datetime import UTC, datetime
-    from pathlib import Path
+    """Append the traceback to the error log; return where it went.
 
-    text = "".join(traceback.format_exception(exc))
-    stamp = datetime.now(UTC).isoformat()
-    candidates = []
-    with contextlib.suppress(Exception):  # the settings themselves may be what is broken
-        candidates.append(load_settings().home / "logs")
-    candidates.append(Path(tempfile.gettempdir()) / f"nbcast-{os.getuid()}")
-    for folder in candidates:
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = folder / "errors.log"
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(f"--- {stamp} nbcast {' '.join(sys.argv[1:])[:500]}\n{text}\n")
-            return str(path)
-        except OSError:
-            continue
+    The log is ``$NBCAST_HOME/logs/errors.log``, else ``<tmp>/nbcast-<uid>/errors.log``
+    — a folder used only when it is this user's own and private, a file opened
+    without following a symbolic link — so another local user cannot make nbcast
+    write a traceback (and the command line) somewhere of their choosing. Logging never
+    raises: a failure to log is reported as such.
+    """
+    try:
+        import tempfile
+        import traceback
+        from datetime import UTC, datetime
+        from pathlib import Path
+
+        text = "".join(traceback.format_exception(exc))
+        argv = " ".join(sys.argv[1:])[:500]
+        entry = f"--- {datetime.now(UTC).isoformat()} nbcast {argv}\n{text}\n"
+        candidates = []
+        with contextlib.suppress(Exception):  # the settings themselves may be what is broken
+            candidates.append(load_settings().home / "logs")
+        candidates.append(Path(tempfile.gettempdir()) / f"nbcast-{os.getuid()}")
+        for folder in candidates:
+            with contextlib.suppress(OSError):
+                return _append_private(folder, entry)
+    except Exception:  # the log is a courtesy; the error line must still be printed
+        pass
     return "(no writable log folder)"
+
+
+def _append_private(folder: Any, entry: str) -> str:
+    import stat
+
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(folder)
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or stat.S_IMODE(info.st_mode) & 0o077
+    ):
+        raise OSError(f"{folder} is not a private folder of this user")
+    path = folder / "errors.log"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace") as handle:
+        handle.write(entry)
+    return str(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from nbcast.clock import Clock
     from nbcast.db import Database
 
-__all__ = ["INSTANT", "AppContext", "InstantType", "configure_logging", "pass_app", "supervise"]
+__all__ = [
+    "INSTANT",
+    "VERSION",
+    "AppContext",
+    "InstantType",
+    "Seconds",
+    "configure_logging",
+    "pass_app",
+    "supervise",
+]
 
 
 @dataclass
@@ -118,3 +127,36 @@ def supervise(app: AppContext, service: Any) -> None:
     supervisor = Supervisor(app.db, app.clock, service, heartbeat_every=every)
     supervisor.install_signal_handlers()
     supervisor.run()
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A finite number of seconds within ``[low, high]`` (NaN and infinities refused)."""
+
+    name = "SECONDS"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low = low
+        self.high = high
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """``value`` as float seconds, or fail the command naming the range."""
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and self.low <= number <= self.high):
+            self.fail(
+                f"{str(value)[:40]!r} is not a number of seconds from {self.low:g} "
+                f"to {self.high:g}",
+                param,
+                ctx,
+            )
+        return number
+
+
+VERSION = click.IntRange(1, 2**31 - 1)
+"""A version number (also keeps a 20-digit number from reaching the database)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from nbcast.cli.app import AppContext, pass_app
+from nbcast.cli.app import VERSION, AppContext, pass_app
 from nbcast.cli.output import emit_json, table, when
 
 __all__: list[str] = []
@@ -131,7 +131,7 @@ def _status(info: Any) -> str:
 
 @definitions.command("show")
 @click.argument("name")
-@click.option("--version", "number", type=int, default=None, help="Version (default latest).")
+@click.option("--version", "number", type=VERSION, default=None, help="Version (default latest).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def definitions_show(app: AppContext, name: str, number: int | None, as_json: bool) -> None:
@@ -199,8 +199,8 @@ def versions(app: AppContext, name: str, as_json: bool) -> None:
 
 @click.command()
 @click.argument("name")
-@click.argument("a", type=int)
-@click.argument("b", type=int)
+@click.argument("a", type=VERSION)
+@click.argument("b", type=VERSION)
 @click.option("--json", "as_json", is_flag=True, help="Print nbdime's structured diff.")
 @click.option("--color/--no-color", default=None, help="Colour (default: if a terminal).")
 @pass_app
@@ -222,7 +222,7 @@ def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool 
 
 @click.command()
 @click.argument("name")
-@click.option("--version", "number", type=int, default=None, help="Version (default latest).")
+@click.option("--version", "number", type=VERSION, default=None, help="Version (default latest).")
 @click.option(
     "-o",
     "--output",
@@ -230,16 +230,29 @@ def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool 
     required=True,
     help="Where to write the notebook.",
 )
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @pass_app
-def export(app: AppContext, name: str, number: int | None, output: Path) -> None:
-    """Write a stored version of NAME to a notebook file."""
+def export(app: AppContext, name: str, number: int | None, output: Path, force: bool) -> None:
+    """Write a stored version of NAME to a notebook file.
+
+    OUT's folder must exist; an existing OUT is replaced only with --force, and never
+    a file inside the nbcast home (its database, keys, artifacts).
+    """
     import nbformat
 
     from nbcast.definitions.queries import get_version
+    from nbcast.errors import ConfigError
 
+    target = output.absolute()
+    home = app.settings.home.absolute()
+    if target == home or home in target.parents or home.resolve() in target.resolve().parents:
+        raise ConfigError(f"-o {output}: refusing to write inside the nbcast home {home}")
+    if not target.parent.is_dir():
+        raise ConfigError(f"-o {output}: the folder {target.parent} does not exist")
+    if target.exists() and not force:
+        raise ConfigError(f"-o {output}: the file exists (add --force to replace it)")
     with app.db.session() as session:
         info = get_version(session, app.caller, name, number)
-    output.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nbformat.from_dict(info.notebook), str(output))
     click.echo(f"wrote {name} v{info.version} to {output}")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from nbcast.cli.app import AppContext, configure_logging, pass_app, supervise
+from nbcast.cli.app import AppContext, Seconds, configure_logging, pass_app, supervise
 from nbcast.cli.output import emit_json, table, when
 
 __all__: list[str] = []
@@ -53,10 +53,16 @@ def _plane(
     is_flag=True,
     help="Exit once nothing is left to consume, render or send (retries included).",
 )
-@click.option("--poll", type=float, default=1.0, show_default=True, help="Seconds between passes.")
+@click.option(
+    "--poll",
+    type=Seconds(0.01, 3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between passes.",
+)
 @click.option(
     "--lease-seconds",
-    type=float,
+    type=Seconds(1, 86_400),
     default=120.0,
     show_default=True,
     help="How long a send may take before another worker treats its outcome as unknown.",

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import click
 
-from nbcast.cli.app import INSTANT, AppContext, configure_logging, pass_app, supervise
+from nbcast.cli.app import INSTANT, AppContext, Seconds, configure_logging, pass_app, supervise
 from nbcast.cli.output import emit_json
 
 __all__: list[str] = []
@@ -21,13 +21,17 @@ def scheduler() -> None:
 @click.option("--name", default=None, help="Replica name (default host:pid).")
 @click.option(
     "--max-sleep",
-    type=float,
+    type=Seconds(0, 3600),
     default=5.0,
     show_default=True,
     help="Longest sleep between passes, in clock seconds.",
 )
 @click.option(
-    "--batch", type=int, default=200, show_default=True, help="Definitions claimed per transaction."
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=200,
+    show_default=True,
+    help="Definitions claimed per transaction.",
 )
 @pass_app
 def scheduler_run(app: AppContext, name: str | None, max_sleep: float, batch: int) -> None:

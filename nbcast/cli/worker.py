@@ -6,7 +6,7 @@ import os
 
 import click
 
-from nbcast.cli.app import AppContext, configure_logging, pass_app, supervise
+from nbcast.cli.app import AppContext, Seconds, configure_logging, pass_app, supervise
 from nbcast.errors import ConfigError
 
 __all__: list[str] = []
@@ -32,7 +32,7 @@ def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--concurrency",
-    type=int,
+    type=click.IntRange(1, 256),
     default=2,
     show_default=True,
     help="Attempts this worker runs at once.",
@@ -44,7 +44,7 @@ def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--lease-seconds",
-    type=float,
+    type=Seconds(1, 86_400),
     default=30.0,
     show_default=True,
     help="Lease length; heartbeats renew it every third of it.",
@@ -56,7 +56,7 @@ def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--no-warm-kernels", is_flag=True, help="Start a fresh kernel per run.")
 @click.option(
     "--retry-backoff",
-    type=float,
+    type=Seconds(0, 86_400),
     default=30.0,
     show_default=True,
     help="Base seconds of the exponential backoff before a retry.",

@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import tomllib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,11 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
             f"{clip(str(file), 200)[1:-1]}: cannot read: {clip(str(exc), 200)[1:-1]}"
         ) from None
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise NotebookError(
+            f"{file}: the key {clip(exc.args[0])} appears twice in one object"
+        ) from None
     except RecursionError:
         raise NotebookError(f"{file}: JSON nested too deeply") from None
     except ValueError as exc:
@@ -154,8 +159,12 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
             "nbformat 4 (jupyter nbconvert --to notebook)"
         )
     minor = _minor(raw.get("nbformat_minor", 0))
+    _check_cell_ids(file, raw)
     try:
-        nbformat.validate(copy.deepcopy(raw), version=4, version_minor=minor)
+        with warnings.catch_warnings():
+            # nbformat warns about missing ids (nbcast adds them) on stderr: not for users.
+            warnings.simplefilter("ignore")
+            nbformat.validate(copy.deepcopy(raw), version=4, version_minor=minor)
     except Exception as exc:  # nbformat raises several unrelated types
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotebookError(f"{file}: not a valid notebook: {clip(message, 200)[1:-1]}") from None
@@ -177,6 +186,34 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
         except (OSError, UnicodeDecodeError, RecursionError) as exc:
             raise NotebookError(f"{side}: cannot read: {type(exc).__name__}") from None
     return LoadedNotebook(file, notebook, block, source if block is not None else "none")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _check_cell_ids(file: Path, notebook: dict[str, Any]) -> None:
+    """Cell ids, where given, are unique (nbformat only warns; nbdime and the
+    reviewers' diffs rely on them)."""
+    cells = notebook.get("cells")
+    if not isinstance(cells, list):
+        return
+    seen: set[str] = set()
+    for index, cell in enumerate(cells):
+        cell_id = cell.get("id") if isinstance(cell, dict) else None
+        if isinstance(cell_id, str) and cell_id:
+            if cell_id in seen:
+                raise NotebookError(f"{file}: cell {index} repeats the cell id {clip(cell_id)}")
+            seen.add(cell_id)
 
 
 def _plain_toml(value: Any) -> Any:

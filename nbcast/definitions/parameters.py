@@ -236,12 +236,23 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not sep:
         raise ParameterValueError((f"{clip(text)} is not key=value",))
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, object_pairs_hook=unique_keys)
     except RecursionError:
         raise ParameterValueError((f"{name.strip()}: nested too deeply",)) from None
     except ValueError:
         value = raw
     return name.strip(), value
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice (``json.loads``
+    would silently keep the last one)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ParameterValueError((f"the key {clip(key)} is given twice",))
+        result[key] = value
+    return result
 
 
 def parse_assignments(texts: Iterable[str]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from nbcast.errors import (
     NotebookError,
 )
 from nbcast.governance.tenants import ensure_user, get_tenant
-from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem
+from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem, storable_text
 
 __all__ = ["PreparedVersion", "PublishResult", "prepare", "publish"]
 
@@ -147,9 +147,10 @@ def publish(
     """
     prepared = prepare(path, name)
     now = now or datetime.now(UTC)
-    if "\x00" in message or len(message) > MAX_DESCRIPTION_CHARS:
+    if not storable_text(message) or len(message) > MAX_DESCRIPTION_CHARS:
         raise MetadataError(
-            "message", f"must be at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL"
+            "message",
+            f"must be valid text of at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL",
         )
     with db.session() as session:
         owner = get_tenant(session, tenant)
