@@ -31,16 +31,17 @@ def publish(
     from nbcast.definitions.versions import publish as do_publish
 
     prepared = prepare(path, name)  # validate everything before the database is opened
-    _check_publishable(prepared)
     result = do_publish(
         app.db,
-        path,
+        prepared,
         tenant=app.settings.tenant,
         author=author or app.settings.user,
         name=name,
         message=message,
         now=app.clock.now(),
     )
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         emit_json(
             {
@@ -48,6 +49,7 @@ def publish(
                 "version": result.version,
                 "sha256": result.sha256,
                 "created": result.created,
+                "warnings": list(result.warnings),
             }
         )
     elif result.created:
@@ -56,29 +58,6 @@ def publish(
         click.echo(
             f"{result.definition}: unchanged, still v{result.version} "
             f"({result.sha256[:12]}); no new version"
-        )
-
-
-def _check_publishable(prepared: Any) -> None:
-    """Checks that depend on where nbcast runs rather than on the notebook: each
-    subscription's recipient against its channel's deployment rules (refused — e.g. a
-    webhook URL the policy forbids), the kernel (a warning)."""
-    import os
-
-    from nbcast.delivery.channels import channel_class
-    from nbcast.errors import MetadataError
-    from nbcast.executor.kernelspec_check import missing_kernel
-
-    for index, sub in enumerate(prepared.spec.subscriptions):
-        problem = channel_class(sub.channel).check_recipient_here(sub.to, os.environ)
-        if problem:
-            raise MetadataError(f"subscriptions[{index}].to", problem)
-    kernel = missing_kernel(prepared.notebook)
-    if kernel is not None:
-        click.echo(
-            f"warning: kernel {kernel!r} is not installed here (jupyter kernelspec list); "
-            "runs on this machine will fail until it is",
-            err=True,
         )
 
 

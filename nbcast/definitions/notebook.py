@@ -26,10 +26,13 @@ from nbcast.limits import MAX_NOTEBOOK_DEPTH, MAX_NOTEBOOK_FILE_BYTES, clip, too
 __all__ = [
     "LoadedNotebook",
     "canonical_json",
+    "check_notebook",
     "load_notebook",
+    "loaded_document",
     "normalize_notebook",
     "notebook_sha256",
     "parameters_cell",
+    "parse_notebook_text",
 ]
 
 _VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "papermill")
@@ -120,27 +123,15 @@ def parameters_cell(notebook: dict[str, Any]) -> tuple[int, str] | None:
     return found[0], _source(notebook["cells"][found[0]])
 
 
-def load_notebook(path: str | Path) -> LoadedNotebook:
-    """Read and validate the notebook at ``path``; :class:`NotebookError` if it is not one."""
-    import nbformat
+def parse_notebook_text(text: str, origin: str) -> dict[str, Any]:
+    """The notebook in ``text`` (JSON), validated; ``origin`` names it in errors.
 
-    file = Path(path)
+    :class:`NotebookError` for anything that is not an nbformat 4 notebook nbcast
+    accepts (duplicate keys, nesting, duplicate cell ids included).
+    """
+    file = origin
     try:
-        size = file.stat().st_size
-        if size > MAX_NOTEBOOK_FILE_BYTES:
-            raise NotebookError(
-                f"{file}: {size:,} bytes is over the {MAX_NOTEBOOK_FILE_BYTES:,}-byte limit "
-                "of a notebook file"
-            )
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotebookError(f"{clip(str(file), 200)[1:-1]}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise NotebookError(
-            f"{clip(str(file), 200)[1:-1]}: cannot read: {clip(str(exc), 200)[1:-1]}"
-        ) from None
-    try:
-        raw = json.loads(text, object_pairs_hook=_unique_keys)
+        raw: Any = json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise NotebookError(
             f"{file}: the key {clip(exc.args[0])} appears twice in one object"
@@ -149,6 +140,15 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
         raise NotebookError(f"{file}: JSON nested too deeply") from None
     except ValueError as exc:
         raise NotebookError(f"{file}: not JSON ({clip(str(exc), 200)[1:-1]})") from None
+    return check_notebook(raw, origin)
+
+
+def check_notebook(raw: Any, origin: str) -> dict[str, Any]:
+    """``raw`` (decoded JSON, e.g. from a request body) if it is an nbformat 4
+    notebook nbcast accepts, else :class:`NotebookError` naming ``origin``."""
+    import nbformat
+
+    file = origin
     if not isinstance(raw, dict) or "cells" not in raw or "nbformat" not in raw:
         raise NotebookError(f"{file}: not a Jupyter notebook (no 'cells'/'nbformat')")
     if too_deep(raw, MAX_NOTEBOOK_DEPTH):
@@ -169,6 +169,27 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NotebookError(f"{file}: not a valid notebook: {clip(message, 200)[1:-1]}") from None
     notebook: dict[str, Any] = raw
+    return notebook
+
+
+def load_notebook(path: str | Path) -> LoadedNotebook:
+    """Read and validate the notebook at ``path``; :class:`NotebookError` if it is not one."""
+    file = Path(path)
+    try:
+        size = file.stat().st_size
+        if size > MAX_NOTEBOOK_FILE_BYTES:
+            raise NotebookError(
+                f"{file}: {size:,} bytes is over the {MAX_NOTEBOOK_FILE_BYTES:,}-byte limit "
+                "of a notebook file"
+            )
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotebookError(f"{clip(str(file), 200)[1:-1]}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise NotebookError(
+            f"{clip(str(file), 200)[1:-1]}: cannot read: {clip(str(exc), 200)[1:-1]}"
+        ) from None
+    notebook = parse_notebook_text(text, str(file))
     block, source = notebook.get("metadata", {}).get("nbcast"), "metadata"
     if isinstance(block, dict) and any(key in block for key in RUN_RECORD_KEYS):
         block = {k: v for k, v in block.items() if k not in RUN_RECORD_KEYS}
@@ -188,6 +209,19 @@ def load_notebook(path: str | Path) -> LoadedNotebook:
     return LoadedNotebook(file, notebook, block, source if block is not None else "none")
 
 
+def loaded_document(raw: Any, origin: str) -> LoadedNotebook:
+    """A notebook given as decoded JSON (an API request's body, a file a contents
+    manager read), validated like a file; ``origin`` is its path or name, which also
+    names the definition by default. Its ``nbcast`` block is its metadata's."""
+    notebook = check_notebook(raw, origin)
+    block = notebook.get("metadata", {}).get("nbcast")
+    if isinstance(block, dict) and any(key in block for key in RUN_RECORD_KEYS):
+        block = {k: v for k, v in block.items() if k not in RUN_RECORD_KEYS}
+    return LoadedNotebook(
+        Path(origin), notebook, block, "metadata" if block is not None else "none"
+    )
+
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -201,7 +235,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _check_cell_ids(file: Path, notebook: dict[str, Any]) -> None:
+def _check_cell_ids(file: str, notebook: dict[str, Any]) -> None:
     """Cell ids, where given, are unique (nbformat only warns; nbdime and the
     reviewers' diffs rely on them)."""
     cells = notebook.get("cells")

@@ -24,6 +24,7 @@ notebooks cannot silently overwrite each other's report.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.notebook import (
+    LoadedNotebook,
     canonical_json,
     load_notebook,
     normalize_notebook,
@@ -55,7 +57,14 @@ from nbcast.errors import (
 from nbcast.governance.tenants import ensure_user, get_tenant
 from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem, storable_text
 
-__all__ = ["PreparedVersion", "PublishResult", "prepare", "publish"]
+__all__ = [
+    "PreparedVersion",
+    "PublishResult",
+    "check_here",
+    "prepare",
+    "prepare_loaded",
+    "publish",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +88,9 @@ class PublishResult:
     version: int
     sha256: str
     created: bool
+    warnings: tuple[str, ...] = ()
+    """Things the author should know that did not stop the publish (a kernel that is
+    not installed where nbcast runs)."""
 
 
 def _default_name(path: Path) -> str:
@@ -94,10 +106,23 @@ def prepare(
     ``max_bytes`` bounds the normalized notebook's canonical JSON (default
     ``NBCAST_MAX_NOTEBOOK_BYTES``, see :mod:`nbcast.limits`).
     """
+    loaded = load_notebook(path)
+    return prepare_loaded(loaded, name, source_path=str(loaded.path.resolve()), max_bytes=max_bytes)
+
+
+def prepare_loaded(
+    loaded: LoadedNotebook,
+    name: str | None = None,
+    *,
+    source_path: str,
+    max_bytes: int | None = None,
+) -> PreparedVersion:
+    """Validate and normalize a loaded notebook (from a file, or a request's body —
+    :func:`nbcast.definitions.notebook.loaded_document`); nothing is written.
+    ``source_path`` is what the definition's name is bound to (module docstring)."""
     from nbcast.limits import notebook_byte_limit
 
     limit = notebook_byte_limit() if max_bytes is None else max_bytes
-    loaded = load_notebook(path)
     cell = parameters_cell(loaded.notebook)
     schema = parse_parameters_cell(cell[1]) if cell else ()
     block = {} if loaded.block is None else loaded.block
@@ -121,7 +146,7 @@ def prepare(
         )
     return PreparedVersion(
         name=final_name,
-        source_path=str(loaded.path.resolve()),
+        source_path=source_path,
         notebook=normalized,
         sha256=notebook_sha256(normalized),
         schema=schema,
@@ -130,9 +155,35 @@ def prepare(
     )
 
 
+def check_here(
+    prepared: PreparedVersion, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """What depends on where nbcast runs rather than on the notebook: every
+    subscription's recipient against its channel's deployment rules (a webhook URL the
+    policy forbids is a :class:`MetadataError` naming the field) and the kernel (not
+    installed here: a warning, returned, since workers may have it)."""
+    import os
+
+    from nbcast.delivery.channels import channel_class
+    from nbcast.executor.kernelspec_check import missing_kernel
+
+    env = os.environ if environ is None else environ
+    for index, sub in enumerate(prepared.spec.subscriptions):
+        problem = channel_class(sub.channel).check_recipient_here(sub.to, env)
+        if problem:
+            raise MetadataError(f"subscriptions[{index}].to", problem)
+    kernel = missing_kernel(prepared.notebook)
+    if kernel is None:
+        return ()
+    return (
+        f"kernel {kernel!r} is not installed here (jupyter kernelspec list); runs on this "
+        "machine will fail until it is",
+    )
+
+
 def publish(
     db: Database,
-    path: str | Path,
+    notebook: str | Path | PreparedVersion,
     *,
     tenant: str,
     author: str,
@@ -140,12 +191,14 @@ def publish(
     message: str = "",
     now: datetime | None = None,
 ) -> PublishResult:
-    """Publish the notebook at ``path`` as a new version (module docstring).
+    """Publish a notebook — a file's path, or one already prepared (a request's body) —
+    as a new version (module docstring), after :func:`check_here`.
 
     ``now`` is the publish instant (default: the real clock); it starts a new
     definition's schedule, so tests and simulations pass their clock's time.
     """
-    prepared = prepare(path, name)
+    prepared = notebook if isinstance(notebook, PreparedVersion) else prepare(notebook, name)
+    warnings = check_here(prepared)
     now = now or datetime.now(UTC)
     if not storable_text(message) or len(message) > MAX_DESCRIPTION_CHARS:
         raise MetadataError(
@@ -183,6 +236,7 @@ def publish(
                 version=latest.version,
                 sha256=latest.sha256,
                 created=False,
+                warnings=warnings,
             )
         number = definition.latest_version + 1
         session.add(
@@ -201,7 +255,11 @@ def publish(
         )
         definition.latest_version = number
         return PublishResult(
-            definition=prepared.name, version=number, sha256=prepared.sha256, created=True
+            definition=prepared.name,
+            version=number,
+            sha256=prepared.sha256,
+            created=True,
+            warnings=warnings,
         )
 
 
