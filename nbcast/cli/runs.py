@@ -30,17 +30,30 @@ __all__: list[str] = []
     "parameters",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A parameter value (JSON, or a plain string).",
+    help='A parameter value: JSON (a slot binding too, {"$period": …}), or a plain string.',
+)
+@click.option(
+    "--at",
+    type=INSTANT,
+    default=None,
+    help="The instant the run is for (default: now): its period is the slot interval "
+    "that holds it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def run_command(app: AppContext, name: str, parameters: tuple[str, ...], as_json: bool) -> None:
+def run_command(
+    app: AppContext,
+    name: str,
+    parameters: tuple[str, ...],
+    at: datetime | None,
+    as_json: bool,
+) -> None:
     """Queue a manual run of NAME's latest version."""
     from nbcast.definitions.parameters import parse_assignments
     from nbcast.scheduler.control import run_now
 
     values = parse_assignments(parameters)
-    run_id = run_now(app.db, app.clock, app.settings.tenant, name, values)
+    run_id = run_now(app.db, app.clock, app.settings.tenant, name, values, at=at)
     if as_json:
         emit_json({"id": run_id, "definition": name, "kind": "manual", "state": "QUEUED"})
     else:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import click
 
-from nbcast.cli.app import INSTANT
+from nbcast.cli.app import INSTANT, AppContext
 from nbcast.cli.output import console, emit_json
 
 __all__: list[str] = []
@@ -43,8 +44,17 @@ def schedule() -> None:
     show_default=True,
     help="Which pass of a repeated time fires.",
 )
+@click.option(
+    "--definition",
+    default=None,
+    help="Preview this published definition's schedule and policies, with each slot's "
+    "parameter values (instead of --cron/--every).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@click.pass_context
 def schedule_preview(
+    ctx: click.Context,
+    definition: str | None,
     cron: str | None,
     every: str | None,
     start: datetime | None,
@@ -56,7 +66,30 @@ def schedule_preview(
     as_json: bool,
 ) -> None:
     """List every slot whose fire instant lies in [--from, --to), in fire order."""
-    from nbcast.scheduler.preview import preview, render_table
+    from nbcast.scheduler.preview import preview, preview_definition, render_table
+
+    if definition is not None:
+        if cron is not None or every is not None or start is not None:
+            raise click.UsageError("--definition previews a definition: no --cron/--every/--start")
+        from nbcast.definitions.parameters import schema_to_json
+        from nbcast.definitions.queries import definition_row, get_version
+
+        app = ctx.find_object(AppContext)
+        assert app is not None
+        with app.db.session() as session:
+            info = get_version(session, app.caller, definition)
+            definition_row(session, app.caller, definition)
+        rows: list[Any] = preview_definition(
+            info.block,
+            schema_to_json(info.schema),
+            range_from=range_from,
+            range_to=range_to,
+        )
+        if as_json:
+            emit_json(rows)
+        else:
+            console().print(render_table(rows, title=f"{definition} v{info.version}"))
+        return
 
     rows = preview(
         cron=cron,

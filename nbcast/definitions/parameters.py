@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nbcast.errors import ParametersCellError, ParameterValueError
+from nbcast.definitions.bindings import is_binding, parse_binding
+from nbcast.errors import MetadataError, ParametersCellError, ParameterValueError
 from nbcast.limits import MAX_PARAMETERS, clip, json_problem
 
 __all__ = [
@@ -197,10 +198,15 @@ def _compatible(kind: str, value: Any) -> bool:
     return False
 
 
-def validate_parameters(schema: Iterable[Parameter], values: Mapping[str, Any]) -> dict[str, Any]:
+def validate_parameters(
+    schema: Iterable[Parameter], values: Mapping[str, Any], *, bindings: bool = False
+) -> dict[str, Any]:
     """Check ``values`` against ``schema``; return them, or raise :class:`ParameterValueError`.
 
-    Every problem is reported at once, so a user fixes them in one go.
+    With ``bindings``, a value may be a slot binding
+    (:mod:`nbcast.definitions.bindings`) for a parameter whose default is a string or
+    ``None``: it is checked, not resolved. Every problem is reported at once, so a
+    user fixes them in one go.
     """
     declared = {p.name: p for p in schema}
     problems: list[str] = []
@@ -218,6 +224,17 @@ def validate_parameters(schema: Iterable[Parameter], values: Mapping[str, Any]) 
         problem = json_problem(value, name)
         if problem:
             problems.append(problem)
+        elif bindings and is_binding(value):
+            try:
+                parse_binding(value, name)
+            except MetadataError as exc:
+                problems.append(str(exc))
+                continue
+            if param.type not in ("str", "null"):
+                problems.append(
+                    f"{name}: a binding gives a string, but the default {clip(param.default)} "
+                    f"is {param.type}"
+                )
         elif not _is_json_literal(value):
             problems.append(f"{name}: {type(value).__name__} is not a JSON value")
         elif not _compatible(param.type, value):

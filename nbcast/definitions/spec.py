@@ -482,7 +482,7 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
 
         values = _require(block["parameters"], dict, "parameters", "a mapping")
         try:
-            kwargs["parameters"] = validate_parameters(schema, values)
+            kwargs["parameters"] = validate_parameters(schema, values, bindings=True)
         except ParameterValueError as exc:
             raise MetadataError("parameters", "; ".join(exc.problems)) from None
     outputs = _formats(block["outputs"], "outputs") if "outputs" in block else (OutputFormat.html,)

@@ -181,6 +181,10 @@ class Run(Base):
     reason: Mapped[str | None] = mapped_column(sa.String(32))
     """Why it is in its state: a :class:`RunReason`, or the scheduler's reason."""
     parameters: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    """The literal values the notebook runs with (bindings resolved when the row was made)."""
+    context: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """The run's frozen context: kind, slot, zone, nominal time, fire time, data interval
+    (:mod:`nbcast.scheduler.period`); the same for every attempt."""
     serial: Mapped[bool] = mapped_column(default=True)
     """Runs one at a time with the definition's other runs (every overlap policy but
     ``allow``; manual runs are never serial)."""

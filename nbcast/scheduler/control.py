@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
+from nbcast.definitions.bindings import resolve_parameters
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.errors import ScheduleError, UnknownDefinitionError
@@ -34,6 +35,7 @@ from nbcast.governance.tenants import get_tenant
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.period import context_of, manual_period
 from nbcast.scheduler.policies import ActiveRuns, Decision, SlotReason, decide
 from nbcast.scheduler.slots import (
     EPSILON,
@@ -180,9 +182,24 @@ def backfill(
         return BackfillResult(len(slots), insert_many_ignore(session, Run, rows))
 
 
-def run_now(db: Database, clock: Clock, tenant: str, name: str, parameters: dict[str, Any]) -> int:
-    """Queue a manual run of ``name``'s latest version; return its id."""
+def run_now(
+    db: Database,
+    clock: Clock,
+    tenant: str,
+    name: str,
+    parameters: dict[str, Any],
+    *,
+    at: datetime | None = None,
+) -> int:
+    """Queue a manual run of ``name``'s latest version; return its id.
+
+    ``parameters`` override the version's (each may be a slot binding). The run's
+    period is ``at`` (default: now) and the interval of the slot that holds it
+    (:func:`nbcast.scheduler.period.manual_period`); bindings are resolved against it.
+    """
     now = clock.now()
+    if at is not None and (at.tzinfo is None or at.utcoffset() is None):
+        raise ScheduleError("--at must carry an offset")
     with db.session() as session:
         definition = _definition(session, tenant, name)
         version = session.scalar(
@@ -193,9 +210,15 @@ def run_now(db: Database, clock: Clock, tenant: str, name: str, parameters: dict
         )
         if version is None:
             raise UnknownDefinitionError(f"{name!r} has no published version")
+        plan = usable(
+            Materializer(db, clock)
+            .plans.load(session, [(definition.id, version.version)])
+            .get((definition.id, version.version))
+        )
         schema = schema_from_json(version.parameter_schema)
-        values = dict(version.spec.get("parameters", {}))
-        values.update(validate_parameters(schema, parameters))
+        values = dict(plan.spec.parameters)
+        values.update(validate_parameters(schema, parameters, bindings=True))
+        period = manual_period(plan.intervals, plan.zone, at or now)
         run = Run(
             tenant_id=definition.tenant_id,
             definition_id=definition.id,
@@ -206,7 +229,10 @@ def run_now(db: Database, clock: Clock, tenant: str, name: str, parameters: dict
             fire_at=now,
             state=RunState.QUEUED.value,
             reason=None,
-            parameters=values,
+            parameters=resolve_parameters(values, period),
+            context=context_of(
+                kind=RunKind.manual.value, slot_key=None, fire_at=now, period=period
+            ),
             serial=False,
             not_before=now,
             created_at=now,

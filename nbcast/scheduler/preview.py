@@ -39,7 +39,14 @@ from nbcast.errors import ScheduleError
 from nbcast.limits import MAX_SCHEDULE_DURATION
 from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone
 
-__all__ = ["MAX_PREVIEW_SLOTS", "PreviewRow", "preview", "render_table", "slot_row"]
+__all__ = [
+    "MAX_PREVIEW_SLOTS",
+    "PreviewRow",
+    "preview",
+    "preview_definition",
+    "render_table",
+    "slot_row",
+]
 
 MAX_PREVIEW_SLOTS = 100_000
 """The most slots one preview lists."""
@@ -148,6 +155,49 @@ def preview(
     return [slot_row(slot) for slot in slots]
 
 
+def preview_definition(
+    block: dict[str, Any],
+    schema: Any,
+    *,
+    range_from: datetime,
+    range_to: datetime,
+    limit: int = MAX_PREVIEW_SLOTS,
+) -> list[dict[str, Any]]:
+    """A published definition's slots in ``[range_from, range_to)`` — its real
+    schedule and DST policies — each with its data interval and its parameter values
+    as a run of that slot would get them (bindings resolved; key ``parameters``).
+
+    ``block`` and ``schema`` are a stored version's ``nbcast`` block and parameter
+    schema. A definition without a schedule is a :class:`ScheduleError`.
+    """
+    from nbcast.definitions.bindings import resolve_parameters
+    from nbcast.definitions.parameters import schema_from_json
+    from nbcast.definitions.spec import parse_spec
+    from nbcast.scheduler.period import interval_schedule, slot_periods
+
+    low = _instant(range_from, "from")
+    high = _instant(range_to, "to")
+    if low >= high:
+        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
+    spec = parse_spec(block, schema_from_json(schema))
+    if spec.schedule is None:
+        raise ScheduleError("the definition has no schedule to preview (it runs on request)")
+    schedule = compile_schedule(spec.schedule)
+    slots = list(islice(schedule.slots(low, high), limit + 1))
+    if len(slots) > limit:
+        raise ScheduleError(f"more than {limit:,} slots in the range; narrow it")
+    zone = load_zone(spec.schedule.timezone)
+    periods = slot_periods(interval_schedule(spec.schedule), zone, slots)
+    rows: list[dict[str, Any]] = []
+    for slot, period in zip(slots, periods, strict=True):
+        row: dict[str, Any] = dict(slot_row(slot))
+        row["interval_start"] = period.interval_start.isoformat()
+        row["interval_end"] = period.interval_end.isoformat()
+        row["parameters"] = resolve_parameters(spec.parameters, period)
+        rows.append(row)
+    return rows
+
+
 def _brief(iso: str | None) -> str:
     """``2026-03-08T03:00:00-04:00`` -> ``2026-03-08T03:00-04:00`` (zero seconds only)."""
     if iso is None:
@@ -155,12 +205,13 @@ def _brief(iso: str | None) -> str:
     return iso[:16] + iso[19:] if iso[16:19] == ":00" else iso
 
 
-def render_table(rows: Iterable[Mapping[str, str | None]], title: str | None = None) -> Table:
+def render_table(rows: Iterable[Mapping[str, Any]], title: str | None = None) -> Table:
     """A rich table of preview rows for people (skipped slots dimmed).
 
     Times drop zero seconds so a row fits 80 columns; keys, times and statuses are never
     broken over lines (a column is as wide as its widest value) and reasons fold, so no
-    value is hidden behind an ellipsis. ``--json`` has the full form.
+    value is hidden behind an ellipsis. Rows of a definition's preview also show their
+    parameter values. ``--json`` has the full form.
     """
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     rows = list(rows)
@@ -176,13 +227,18 @@ def render_table(rows: Iterable[Mapping[str, str | None]], title: str | None = N
         )
         table.add_column(header, no_wrap=True, min_width=max(widest, len(header)))
     table.add_column("reason", overflow="fold")
+    with_parameters = any("parameters" in row for row in rows)
+    if with_parameters:
+        table.add_column("parameters", overflow="fold")
     for row in rows:
-        table.add_row(
+        cells = [
             row["slot_key"] or "",
             _brief(row["local"]),
             _brief(row["fire_at"]),
             row["status"] or "",
             row["reason"] or "",
-            style="dim" if row["status"] == "skipped" else None,
-        )
+        ]
+        if with_parameters:
+            cells.append(", ".join(f"{k}={v}" for k, v in (row.get("parameters") or {}).items()))
+        table.add_row(*cells, style="dim" if row["status"] == "skipped" else None)
     return table

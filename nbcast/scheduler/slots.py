@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -24,12 +24,14 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.definitions.bindings import Period, is_binding, resolve_parameters
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
 from nbcast.errors import ScheduleError
 from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
 from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
+from nbcast.scheduler.period import context_of, interval_schedule, slot_periods
 from nbcast.scheduler.policies import ActiveRuns, Decision
 
 __all__ = [
@@ -61,6 +63,11 @@ class Plan:
     schedule: ScheduleSpec | None
     compiled: CompiledSchedule | None
     error: str | None = None
+    intervals: CompiledSchedule | None = None
+    """The schedule data intervals are read from (:mod:`nbcast.scheduler.period`)."""
+    zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
+    bound: bool = False
+    """Whether any parameter value is a binding, resolved per slot."""
 
 
 class PoisonDefinition(ScheduleError):
@@ -88,7 +95,17 @@ class PlanCache:
         try:
             spec = parse_spec(block, schema_from_json(schema))
             compiled = compile_schedule(spec.schedule) if spec.schedule else None
-            plan = Plan(version_id, version, tenant_id, spec, spec.schedule, compiled)
+            plan = Plan(
+                version_id,
+                version,
+                tenant_id,
+                spec,
+                spec.schedule,
+                compiled,
+                intervals=interval_schedule(spec.schedule) if spec.schedule else None,
+                zone=ZoneInfo(spec.schedule.timezone if spec.schedule else "UTC"),
+                bound=any(is_binding(v) for v in spec.parameters.values()),
+            )
         except Exception as exc:  # a poison version: recorded on its definition
             plan = Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
         if len(self._plans) > 100_000:
@@ -190,24 +207,55 @@ def due_slots(
 def slot_rows(
     definition_id: int, plan: Plan, decisions: Iterable[Decision], kind: RunKind, now: datetime
 ) -> list[dict[str, Any]]:
-    """The ``runs`` rows of decided slots: pinned to the plan's version, with its
-    parameters; serial unless the overlap policy is ``allow`` (backfills always are)."""
+    """The ``runs`` rows of decided slots (consecutive slots, in fire order): pinned
+    to the plan's version, with its parameters — bindings resolved for each slot's
+    period — and the run context; serial unless the overlap policy is ``allow``
+    (backfills always are)."""
     schedule = plan.schedule or ScheduleSpec()
+    decided = list(decisions)
+    if plan.intervals is None:
+        periods: list[Period | None] = [None] * len(decided)
+    else:
+        periods = list(slot_periods(plan.intervals, plan.zone, [d.slot for d in decided]))
     return [
         {
-            "tenant_id": plan.tenant_id,
-            "definition_id": definition_id,
-            "version_id": plan.version_id,
-            "version": plan.version,
-            "kind": kind.value,
-            "slot_key": d.slot.key,
-            "fire_at": d.slot.fire_at,
-            "state": d.state.value,
-            "reason": None if d.reason is None else str(d.reason),
-            "parameters": plan.spec.parameters,
-            "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
-            "not_before": d.slot.fire_at + jitter_of(schedule, definition_id, d.slot.key),
-            "created_at": now,
+            **_row(definition_id, plan, schedule, d, kind, now),
+            **_period_values(plan, kind, d.slot, period),
         }
-        for d in decisions
+        for d, period in zip(decided, periods, strict=True)
     ]
+
+
+def _period_values(plan: Plan, kind: RunKind, slot: Slot, period: Period | None) -> dict[str, Any]:
+    if period is None:
+        return {"context": None}
+    parameters = (
+        resolve_parameters(plan.spec.parameters, period) if plan.bound else plan.spec.parameters
+    )
+    context = context_of(kind=kind.value, slot_key=slot.key, fire_at=slot.fire_at, period=period)
+    return {"parameters": parameters, "context": context}
+
+
+def _row(
+    definition_id: int,
+    plan: Plan,
+    schedule: ScheduleSpec,
+    d: Decision,
+    kind: RunKind,
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "tenant_id": plan.tenant_id,
+        "definition_id": definition_id,
+        "version_id": plan.version_id,
+        "version": plan.version,
+        "kind": kind.value,
+        "slot_key": d.slot.key,
+        "fire_at": d.slot.fire_at,
+        "state": d.state.value,
+        "reason": None if d.reason is None else str(d.reason),
+        "parameters": plan.spec.parameters,
+        "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
+        "not_before": d.slot.fire_at + jitter_of(schedule, definition_id, d.slot.key),
+        "created_at": now,
+    }

@@ -1,0 +1,123 @@
+"""The period a run covers: its nominal time and its data interval.
+
+Every run carries a frozen **context** (stored on the run row when it is created, the
+same for every attempt): which slot it is, the slot's *nominal* time — its wall time in
+the definition's zone, as an aware datetime — its fire instant, and its **data
+interval** ``[start, end)``:
+
+- a cron slot's interval runs from the previous slot's nominal time to its own, by the
+  schedule — every slot of the schedule, skipped and missed ones and both passes of a
+  kept fold included, so the intervals of consecutive slots tile time with neither a
+  gap nor an overlap, across DST changes too. The first slot has one as well: its
+  previous slot is looked up in the schedule even if it fell before the first publish
+  (or before ``start``). A DST-gap slot's nominal time is the instant after the gap,
+  where it fires (or would fire) — so gap slots that share that instant have empty
+  intervals, and the tiling still holds;
+- an interval schedule's (``every``) slot covers ``[fire_at - every, fire_at)``;
+- a manual run's nominal time is the instant it was asked for (``--at``, else when it
+  was queued), and its interval is that of the slot whose interval holds that instant
+  (a definition without a schedule: the empty interval at that instant).
+
+Bindings (:mod:`nbcast.definitions.bindings`) resolve against this; the executor hands
+it to the notebook as :func:`nbcast.context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from nbcast.clock import format_instant
+from nbcast.definitions.bindings import Period
+from nbcast.definitions.spec import ScheduleSpec
+from nbcast.scheduler.compiler import CompiledSchedule, IntervalSchedule, Slot, compile_schedule
+
+__all__ = ["context_of", "interval_schedule", "manual_period", "slot_periods"]
+
+_LOOKBACK_LIMIT = timedelta(days=366 * 30)
+"""How far back a previous slot is looked for (a cron that fires once in 28 years —
+29 February on a Monday — still finds its previous one)."""
+_UTC_ZONE = ZoneInfo("UTC")
+
+
+def interval_schedule(schedule: ScheduleSpec) -> CompiledSchedule:
+    """The schedule whose slots define intervals: without ``start``/``end``, so the
+    first slot's previous one exists (module docstring)."""
+    if schedule.cron is not None and (schedule.start is not None or schedule.end is not None):
+        return compile_schedule(replace(schedule, start=None, end=None))
+    return compile_schedule(schedule)
+
+
+def _before(schedule: CompiledSchedule, slot: Slot) -> datetime | None:
+    """The nominal time of the slot just before ``slot`` in ``schedule``."""
+    span = timedelta(hours=1)
+    key = (slot.fire_at, slot.key)
+    while span <= _LOOKBACK_LIMIT:
+        found = [
+            s
+            for s in schedule.slots(slot.fire_at - span, slot.fire_at + timedelta(microseconds=1))
+            if (s.fire_at, s.key) < key
+        ]
+        if found:
+            return found[-1].local
+        span *= 4
+    return None
+
+
+def slot_periods(schedule: CompiledSchedule, zone: ZoneInfo, slots: Sequence[Slot]) -> list[Period]:
+    """The period of each of ``slots`` (consecutive slots of ``schedule``, in fire
+    order): one look-up for the first one's previous slot, then a chain."""
+    if not slots:
+        return []
+    if isinstance(schedule, IntervalSchedule):
+        return [
+            Period(s.local, (s.fire_at - schedule.every).astimezone(zone), s.local, zone)
+            for s in slots
+        ]
+    previous = _before(schedule, slots[0])
+    periods = []
+    for slot in slots:
+        start = previous if previous is not None else slot.local
+        periods.append(Period(slot.local, start, slot.local, zone))
+        previous = slot.local
+    return periods
+
+
+def manual_period(schedule: CompiledSchedule | None, zone: ZoneInfo, at: datetime) -> Period:
+    """A manual run's period: ``at`` and the interval of the slot that holds it."""
+    nominal = at.astimezone(zone)
+    if schedule is None:
+        return Period(nominal, nominal, nominal, zone)
+    upcoming = next(iter(schedule.slots(at + timedelta(microseconds=1), _far(at))), None)
+    if upcoming is None:  # the schedule has ended: the empty interval at ``at``
+        return Period(nominal, nominal, nominal, zone)
+    (period,) = slot_periods(schedule, zone, [upcoming])
+    return Period(nominal, period.interval_start, period.interval_end, zone)
+
+
+def _far(at: datetime) -> datetime:
+    try:
+        return at + _LOOKBACK_LIMIT
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC)
+
+
+def context_of(
+    *, kind: str, slot_key: str | None, fire_at: datetime, period: Period
+) -> dict[str, Any]:
+    """The run context as stored on the run row (JSON): what :func:`nbcast.context`
+    returns inside the kernel, but for tenant, definition, version, run and attempt,
+    which the row itself holds."""
+    zone = period.zone
+    return {
+        "kind": kind,
+        "slot_key": slot_key,
+        "timezone": zone.key if zone is not _UTC_ZONE else "UTC",
+        "nominal": period.nominal.isoformat(),
+        "fire_at": format_instant(fire_at),
+        "interval_start": period.interval_start.isoformat(),
+        "interval_end": period.interval_end.isoformat(),
+    }
