@@ -4,17 +4,29 @@
 The lake is a folder of Parquet files:
 
 * ``regions.parquet``   -- sales regions (EMEA, AMER, APAC, LATAM)
-* ``stores.parquet``    -- stores and the region they belong to
+* ``stores.parquet``    -- stores, the region they belong to and their IANA time zone
 * ``products.parquet``  -- product catalogue (sku, category, list price)
-* ``orders.parquet``    -- one row per order line, 2026-01-01 .. 2026-12-31
+* ``orders.parquet``    -- one row per order line, 2025-10-01 .. 2027-01-31
 
-Amounts are USD and ``order_ts`` is a naive TIMESTAMP in store-local time.
+Amounts are USD and ``order_ts`` is a naive TIMESTAMP in store-local time: the wall
+clock of the store's ``timezone``.  Stores trade 07:00 .. 22:00 local time, so, over
+all regions, orders arrive around the clock.
+
+The range is fixed relative to the year the examples, the demo and the tests live in
+(:data:`YEAR`, 2026): the whole year, the quarter before it (a 12-week dashboard early
+in the year has its history) and the January after it (a late-December slot reports
+its previous business day, an early-January weekly report looks back into December).
 
 Everything is derived from a fixed seed, so two runs produce byte-identical files
-(for the same DuckDB version).  A few days deliberately contain data-quality
-defects (missing customer ids, negative quantities, duplicated order ids and
-revenue that does not equal quantity * unit price) so that
-``data_quality.ipynb`` has findings on some days and none on others.
+(for the same DuckDB version).  Some hourly load batches deliberately contain
+data-quality defects (missing customer ids, negative quantities, duplicated order ids
+and revenue that does not equal quantity * unit price): every defect of a batch is an
+order placed within one UTC hour, so ``data_quality.ipynb``, which checks the orders
+placed in its own four-hour interval, has findings on some intervals and none on the
+others.  Three batches are fixed (:data:`FIXED_BATCHES`, in the demo's days around
+the New York fall-back of 2026-11-01); the others are drawn at random outside those
+days.  The stamp file lists every batch and how many rows each defect corrupted
+(an order that was corrupted and then ingested twice is flagged twice).
 
 Usage::
 
@@ -37,22 +49,39 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
 import pandas as pd
 
 # Bump whenever the generated data (or its layout) changes, so stale lakes are rebuilt.
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 SEED = 20260101
 STAMP_NAME = ".generated.json"
 TABLES = ("regions", "stores", "products", "orders")
 
-YEAR_START = np.datetime64("2026-01-01", "D")
-YEAR_END = np.datetime64("2026-12-31", "D")
+YEAR = 2026
+"""The year the examples, the demo and the tests live in; the range is relative to it."""
+FIRST_DAY = np.datetime64(f"{YEAR - 1}-10-01", "D")
+LAST_DAY = np.datetime64(f"{YEAR + 1}-01-31", "D")
 FIRST_ORDER_ID = 100_000_001
 N_CUSTOMERS = 60_000
-N_DEFECT_DAYS = 24
+
+DEFECT_KINDS = ("null_customer_id", "negative_quantity", "duplicate_order_id", "revenue_mismatch")
+FIXED_BATCHES = (
+    # (the UTC hour of a faulty load batch, its defects). In data_quality's schedule
+    # (every four hours, America/New_York) these are the intervals
+    # 2026-10-31 08:00-12:00 EDT, 2026-11-01 00:00 EDT-04:00 EST (five hours: the
+    # fall-back) and 2026-11-01 12:00-16:00 EST.
+    ("2026-10-31T15", ("null_customer_id", "revenue_mismatch")),
+    ("2026-11-01T05", ("negative_quantity",)),
+    ("2026-11-01T19", ("duplicate_order_id", "negative_quantity")),
+)
+QUIET_FIRST, QUIET_LAST = np.datetime64(f"{YEAR}-10-26", "D"), np.datetime64(f"{YEAR}-11-08", "D")
+"""No random defect batch falls on these (UTC) days: there, the fixed ones are all there is."""
+N_RANDOM_BATCHES = 30
+MIN_BATCH_ROWS = 12  # a batch hour must have enough orders for the largest defect
 
 REGIONS = [
     ("EMEA", "Europe, Middle East & Africa", "London"),
@@ -61,48 +90,48 @@ REGIONS = [
     ("LATAM", "Latin America", "São Paulo"),
 ]
 
-# (city, country, region, relative size)
+# (city, country, region, relative size, IANA time zone)
 STORES = [
-    ("London", "GB", "EMEA", 1.6),
-    ("Manchester", "GB", "EMEA", 0.8),
-    ("Berlin", "DE", "EMEA", 1.3),
-    ("Munich", "DE", "EMEA", 1.0),
-    ("Hamburg", "DE", "EMEA", 0.7),
-    ("Paris", "FR", "EMEA", 1.4),
-    ("Lyon", "FR", "EMEA", 0.6),
-    ("Madrid", "ES", "EMEA", 0.9),
-    ("Milan", "IT", "EMEA", 0.9),
-    ("Amsterdam", "NL", "EMEA", 0.8),
-    ("Stockholm", "SE", "EMEA", 0.6),
-    ("Dubai", "AE", "EMEA", 0.9),
-    ("Johannesburg", "ZA", "EMEA", 0.5),
-    ("New York", "US", "AMER", 1.8),
-    ("Brooklyn", "US", "AMER", 0.8),
-    ("Boston", "US", "AMER", 0.9),
-    ("Chicago", "US", "AMER", 1.2),
-    ("Austin", "US", "AMER", 0.8),
-    ("Denver", "US", "AMER", 0.7),
-    ("Seattle", "US", "AMER", 0.9),
-    ("San Francisco", "US", "AMER", 1.3),
-    ("Los Angeles", "US", "AMER", 1.4),
-    ("Toronto", "CA", "AMER", 1.0),
-    ("Vancouver", "CA", "AMER", 0.6),
-    ("Singapore", "SG", "APAC", 1.3),
-    ("Tokyo", "JP", "APAC", 1.6),
-    ("Osaka", "JP", "APAC", 0.8),
-    ("Seoul", "KR", "APAC", 1.0),
-    ("Sydney", "AU", "APAC", 1.1),
-    ("Melbourne", "AU", "APAC", 0.8),
-    ("Hong Kong", "HK", "APAC", 1.0),
-    ("Mumbai", "IN", "APAC", 0.7),
-    ("São Paulo", "BR", "LATAM", 1.2),
-    ("Rio de Janeiro", "BR", "LATAM", 0.7),
-    ("Mexico City", "MX", "LATAM", 1.1),
-    ("Monterrey", "MX", "LATAM", 0.5),
-    ("Buenos Aires", "AR", "LATAM", 0.8),
-    ("Santiago", "CL", "LATAM", 0.6),
-    ("Bogotá", "CO", "LATAM", 0.6),
-    ("Lima", "PE", "LATAM", 0.5),
+    ("London", "GB", "EMEA", 1.6, "Europe/London"),
+    ("Manchester", "GB", "EMEA", 0.8, "Europe/London"),
+    ("Berlin", "DE", "EMEA", 1.3, "Europe/Berlin"),
+    ("Munich", "DE", "EMEA", 1.0, "Europe/Berlin"),
+    ("Hamburg", "DE", "EMEA", 0.7, "Europe/Berlin"),
+    ("Paris", "FR", "EMEA", 1.4, "Europe/Paris"),
+    ("Lyon", "FR", "EMEA", 0.6, "Europe/Paris"),
+    ("Madrid", "ES", "EMEA", 0.9, "Europe/Madrid"),
+    ("Milan", "IT", "EMEA", 0.9, "Europe/Rome"),
+    ("Amsterdam", "NL", "EMEA", 0.8, "Europe/Amsterdam"),
+    ("Stockholm", "SE", "EMEA", 0.6, "Europe/Stockholm"),
+    ("Dubai", "AE", "EMEA", 0.9, "Asia/Dubai"),
+    ("Johannesburg", "ZA", "EMEA", 0.5, "Africa/Johannesburg"),
+    ("New York", "US", "AMER", 1.8, "America/New_York"),
+    ("Brooklyn", "US", "AMER", 0.8, "America/New_York"),
+    ("Boston", "US", "AMER", 0.9, "America/New_York"),
+    ("Chicago", "US", "AMER", 1.2, "America/Chicago"),
+    ("Austin", "US", "AMER", 0.8, "America/Chicago"),
+    ("Denver", "US", "AMER", 0.7, "America/Denver"),
+    ("Seattle", "US", "AMER", 0.9, "America/Los_Angeles"),
+    ("San Francisco", "US", "AMER", 1.3, "America/Los_Angeles"),
+    ("Los Angeles", "US", "AMER", 1.4, "America/Los_Angeles"),
+    ("Toronto", "CA", "AMER", 1.0, "America/Toronto"),
+    ("Vancouver", "CA", "AMER", 0.6, "America/Vancouver"),
+    ("Singapore", "SG", "APAC", 1.3, "Asia/Singapore"),
+    ("Tokyo", "JP", "APAC", 1.6, "Asia/Tokyo"),
+    ("Osaka", "JP", "APAC", 0.8, "Asia/Tokyo"),
+    ("Seoul", "KR", "APAC", 1.0, "Asia/Seoul"),
+    ("Sydney", "AU", "APAC", 1.1, "Australia/Sydney"),
+    ("Melbourne", "AU", "APAC", 0.8, "Australia/Melbourne"),
+    ("Hong Kong", "HK", "APAC", 1.0, "Asia/Hong_Kong"),
+    ("Mumbai", "IN", "APAC", 0.7, "Asia/Kolkata"),
+    ("São Paulo", "BR", "LATAM", 1.2, "America/Sao_Paulo"),
+    ("Rio de Janeiro", "BR", "LATAM", 0.7, "America/Sao_Paulo"),
+    ("Mexico City", "MX", "LATAM", 1.1, "America/Mexico_City"),
+    ("Monterrey", "MX", "LATAM", 0.5, "America/Monterrey"),
+    ("Buenos Aires", "AR", "LATAM", 0.8, "America/Argentina/Buenos_Aires"),
+    ("Santiago", "CL", "LATAM", 0.6, "America/Santiago"),
+    ("Bogotá", "CO", "LATAM", 0.6, "America/Bogota"),
+    ("Lima", "PE", "LATAM", 0.5, "America/Lima"),
 ]
 
 # category: (sku prefix, median list price, product nouns)
@@ -128,7 +157,7 @@ def build_regions() -> pd.DataFrame:
 
 
 def build_stores() -> pd.DataFrame:
-    df = pd.DataFrame(STORES, columns=["city", "country", "region", "size"])
+    df = pd.DataFrame(STORES, columns=["city", "country", "region", "size", "timezone"])
     df.insert(0, "store_id", np.arange(101, 101 + len(df), dtype=np.int32))
     df.insert(1, "store_name", "nbcast " + df["city"])
     # Opening dates: deterministic, spread over 2012..2025.
@@ -159,25 +188,43 @@ def build_products(rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def day_of_year(days: np.ndarray) -> np.ndarray:
+    """0 for 1 January of each day's own year."""
+    start_of_year = days.astype("datetime64[Y]").astype("datetime64[D]")
+    doy: np.ndarray = (days - start_of_year).astype(np.int64)
+    return doy
+
+
+def seasonal_bump(doy: np.ndarray, centre: int, width: float) -> np.ndarray:
+    """A bump around day-of-year ``centre`` that wraps over New Year."""
+    distance = np.abs(doy - centre)
+    distance = np.minimum(distance, 365 - distance)
+    bump: np.ndarray = np.exp(-((distance / width) ** 2))
+    return bump
+
+
 def build_orders(
-    rng: np.random.Generator, stores: pd.DataFrame, products: pd.DataFrame
-) -> tuple[pd.DataFrame, dict[str, list[str]]]:
-    days = np.arange(YEAR_START, YEAR_END + 1, dtype="datetime64[D]")
-    n_days = len(days)
+    rng: np.random.Generator,
+    con: duckdb.DuckDBPyConnection,
+    stores: pd.DataFrame,
+    products: pd.DataFrame,
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    days = np.arange(FIRST_DAY, LAST_DAY + 1, dtype="datetime64[D]")
 
     # Daily volume: weekly pattern (Sat busiest), gentle trend, holiday peak in Nov/Dec.
     weekday = (days.astype(np.int64) + 3) % 7  # 0 = Monday (1970-01-01 was a Thursday)
     weekday_factor = np.array([0.85, 0.88, 0.92, 0.95, 1.10, 1.30, 1.05])[weekday]
-    day_of_year = np.arange(n_days)
-    trend = 1.0 + 0.15 * day_of_year / n_days
-    holiday = 1.0 + 0.6 * np.exp(-(((day_of_year - 350) / 18.0) ** 2))
-    summer = 1.0 + 0.1 * np.exp(-(((day_of_year - 190) / 25.0) ** 2))
+    doy = day_of_year(days)
+    years_since = (days - np.datetime64(f"{YEAR}-01-01", "D")).astype(np.int64) / 365.0
+    trend = 1.0 + 0.15 * years_since
+    holiday = 1.0 + 0.6 * seasonal_bump(doy, 350, 18.0)
+    summer = 1.0 + 0.1 * seasonal_bump(doy, 190, 25.0)
     expected = 520.0 * weekday_factor * trend * holiday * summer
     per_day = rng.poisson(expected)
     n = int(per_day.sum())
 
     order_day = np.repeat(days, per_day)
-    # Trading hours 07:00 .. 22:00 with an afternoon peak.
+    # Trading hours 07:00 .. 22:00 store-local time, with an afternoon peak.
     seconds = np.clip(rng.normal(14.5 * 3600, 3.2 * 3600, n), 7 * 3600, 22 * 3600 - 1)
     order_ts = order_day.astype("datetime64[s]") + seconds.astype(np.int64)
 
@@ -217,25 +264,58 @@ def build_orders(
     orders = orders.sort_values("order_ts", kind="stable").reset_index(drop=True)
     orders.insert(0, "order_id", np.arange(FIRST_ORDER_ID, FIRST_ORDER_ID + n, dtype=np.int64))
 
-    return inject_defects(rng, orders, days)
+    zones = stores.set_index("store_id")["timezone"]
+    placed_utc = utc_instants(con, orders["order_ts"], orders["store_id"].map(zones))
+    return inject_defects(rng, orders, placed_utc)
+
+
+def utc_instants(con: duckdb.DuckDBPyConnection, local: pd.Series, zones: pd.Series) -> np.ndarray:
+    """The UTC instants of store-local wall times, as naive ``datetime64[s]``.
+
+    DuckDB (ICU) converts them, as the example notebooks' SQL does, so the generator
+    and the data-quality report agree on which interval an order falls in.
+    """
+    frame = pd.DataFrame({"ts": local.to_numpy(), "tz": zones.to_numpy(dtype=object)})
+    con.register("local_times", frame)
+    try:
+        seconds = con.execute(
+            "SELECT epoch(timezone(tz, ts))::BIGINT AS s FROM local_times"
+        ).fetchnumpy()["s"]
+    finally:
+        con.unregister("local_times")
+    return np.asarray(seconds, dtype=np.int64).astype("datetime64[s]")
+
+
+def choose_batches(
+    rng: np.random.Generator, placed_utc: np.ndarray
+) -> list[tuple[np.datetime64, tuple[str, ...]]]:
+    """The faulty load batches: the fixed ones, then random hours outside the quiet days."""
+    batches: list[tuple[np.datetime64, tuple[str, ...]]] = [
+        (np.datetime64(hour, "h"), kinds) for hour, kinds in FIXED_BATCHES
+    ]
+    hours, counts = np.unique(placed_utc.astype("datetime64[h]"), return_counts=True)
+    hour_days = hours.astype("datetime64[D]")
+    eligible = hours[
+        (counts >= MIN_BATCH_ROWS) & ((hour_days < QUIET_FIRST) | (hour_days > QUIET_LAST))
+    ]
+    for hour in np.sort(rng.choice(eligible, size=N_RANDOM_BATCHES, replace=False)):
+        # Each batch has one or two kinds of defect.
+        chosen = rng.choice(len(DEFECT_KINDS), size=int(rng.integers(1, 3)), replace=False)
+        batches.append((hour, tuple(DEFECT_KINDS[k] for k in sorted(chosen.tolist()))))
+    return sorted(batches)
 
 
 def inject_defects(
-    rng: np.random.Generator, orders: pd.DataFrame, days: np.ndarray
-) -> tuple[pd.DataFrame, dict[str, list[str]]]:
-    """Corrupt a few rows on a few days; return the corrupted frame and the defect log."""
-    defect_days = np.sort(rng.choice(days, size=N_DEFECT_DAYS, replace=False))
-    kinds = ["null_customer_id", "negative_quantity", "duplicate_order_id", "revenue_mismatch"]
-    log: dict[str, list[str]] = {kind: [] for kind in kinds}
-    day_of_row = orders["order_ts"].to_numpy().astype("datetime64[D]")
+    rng: np.random.Generator, orders: pd.DataFrame, placed_utc: np.ndarray
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Corrupt a few rows of a few hourly load batches; return the frame and the batch log."""
+    batch_of_row = placed_utc.astype("datetime64[h]")
+    log: list[dict[str, Any]] = []
     duplicates = []
-    for day in defect_days:
-        rows = np.flatnonzero(day_of_row == day)
-        # Each defect day has one or two kinds of defect.
-        chosen = rng.choice(len(kinds), size=int(rng.integers(1, 3)), replace=False)
-        for k in sorted(chosen.tolist()):
-            kind = kinds[k]
-            log[kind].append(str(day))
+    for hour, kinds in choose_batches(rng, placed_utc):
+        rows = np.flatnonzero(batch_of_row == hour)
+        affected: dict[str, int] = {}
+        for kind in sorted(kinds, key=DEFECT_KINDS.index):
             if kind == "null_customer_id":
                 victims = rng.choice(rows, size=int(rng.integers(2, 9)), replace=False)
                 orders.loc[victims, "customer_id"] = None
@@ -255,6 +335,8 @@ def inject_defects(
                 orders.loc[victims, "revenue"] = np.round(
                     orders.loc[victims, "revenue"].to_numpy() * factor, 2
                 )
+            affected[kind] = len(victims)
+        log.append({"batch_utc": f"{hour}:00Z", "corrupted_rows": affected})
     if duplicates:
         orders = pd.concat([orders, *duplicates], ignore_index=True)
         orders = orders.sort_values(["order_ts", "order_id"], kind="stable").reset_index(drop=True)
@@ -270,6 +352,7 @@ COLUMN_TYPES = {
         "country": "VARCHAR",
         "region": "VARCHAR",
         "opened_on": "DATE",
+        "timezone": "VARCHAR",
     },
     "products": {
         "sku": "VARCHAR",
@@ -319,11 +402,12 @@ def source_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-def read_stamp(out: Path) -> dict | None:
+def read_stamp(out: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((out / STAMP_NAME).read_text(encoding="utf-8"))
+        stamp = json.loads((out / STAMP_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return stamp if isinstance(stamp, dict) else None
 
 
 def is_up_to_date(out: Path) -> bool:
@@ -342,17 +426,16 @@ def is_up_to_date(out: Path) -> bool:
     return True
 
 
-def generate(out: Path) -> dict:
+def generate(out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
-    regions = build_regions()
-    stores = build_stores()
-    products = build_products(rng)
-    orders, defects = build_orders(rng, stores, products)
-    frames = {"regions": regions, "stores": stores, "products": products, "orders": orders}
-
     con = duckdb.connect(config={"threads": 1, "preserve_insertion_order": True})
     try:
+        regions = build_regions()
+        stores = build_stores()
+        products = build_products(rng)
+        orders, batches = build_orders(rng, con, stores, products)
+        frames = {"regions": regions, "stores": stores, "products": products, "orders": orders}
         for name in TABLES:
             write_parquet(con, name, frames[name], out)
     finally:
@@ -363,9 +446,10 @@ def generate(out: Path) -> dict:
         "seed": SEED,
         "duckdb_version": duckdb.__version__,
         "source_sha256": source_digest(),
+        "days": {"first": str(FIRST_DAY), "last": str(LAST_DAY)},
         "rows": {name: len(frames[name]) for name in TABLES},
         "files": {f"{t}.parquet": (out / f"{t}.parquet").stat().st_size for t in TABLES},
-        "defect_days": defects,
+        "defect_batches": batches,
     }
     tmp = out / f"{STAMP_NAME}.tmp"
     tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n", encoding="utf-8")
