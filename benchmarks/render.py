@@ -6,12 +6,18 @@ Run ``python benchmarks/render.py`` (``--repeat N``, default 5). Each example in
 example that does not yet record tables with ``nbcast.output.table`` gets one extra
 cell, tagged ``remove_cell`` (so it is not in the HTML or PDF), that records every
 DataFrame left in its namespace — the workload the spreadsheet and CSV renderers
-would have. Then each renderer renders the executed notebook ``repeat`` times.
+would have. A synthetic report joins them, ``synthetic_wide``: tables of 6, 25 and 60
+columns (40 rows each) between paragraphs, the workload of the PDF renderer's table
+fitting (a portrait page, a landscape page, column groups). Then each renderer renders
+each executed notebook ``repeat`` times.
 
 Every figure is the median of the renders, wall-clock and CPU (``process_time``; on
 a shared machine the CPU figure is the steadier one). Beside the HTML renderer is the
 reference: plain ``nbconvert --to html`` (``HTMLExporter()`` with its defaults) on
 the same notebook, and the ratio of the two. The target is ``pdf_ms_per_page`` ≤ 1000.
+Beside the PDF figures: ``pdf_fit_ms``, the part of a PDF render spent estimating and
+marking its tables (:mod:`nbcast.delivery.renderers._fit`), and
+``pdf_landscape_pages``, how many pages it turned.
 """
 
 from __future__ import annotations
@@ -43,6 +49,46 @@ for _name, _value in list(globals().items()):
         if _output.TABLE_NAME_PATTERN.fullmatch(_name[:31]):
             _output.table(_value, _name[:31])
 """
+
+
+def synthetic_wide() -> Any:
+    """A notebook whose outputs are tables of 6, 25 and 60 columns, as recorded by
+    ``nbcast.output.table`` (built here, not executed: its outputs are the point)."""
+    import nbformat
+    import pandas as pd
+
+    from nbcast.output import TABLE_MIME_TYPE
+    from nbcast.output.tables import encode_table
+
+    cells = [nbformat.v4.new_markdown_cell("# Synthetic wide tables\n\nThree tables.")]
+    for columns in (6, 25, 60):
+        frame = pd.DataFrame(
+            {f"metric_{c:02d}": [1000.25 * (r + 1) + c for r in range(40)] for c in range(columns)},
+            index=pd.Index([f"row {r:02d}" for r in range(40)], name="row"),
+        )
+        with pd.option_context("display.max_columns", None, "display.max_rows", None):
+            html = frame._repr_html_()
+        name = f"wide_{columns}"
+        output = nbformat.v4.new_output(
+            "display_data",
+            data={"text/html": html, TABLE_MIME_TYPE: encode_table(frame, name)},
+            metadata={"nbcast": {"table": name}},
+        )
+        cells.append(nbformat.v4.new_markdown_cell(f"## {columns} columns\n\nSome text."))
+        cells.append(nbformat.v4.new_code_cell("", outputs=[output]))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def landscape_pages(pdf: bytes) -> int | None:
+    """How many pages are wider than tall (None without pypdf, the dev extra's)."""
+    try:
+        import io
+
+        from pypdf import PdfReader
+    except ImportError:
+        return None
+    pages = PdfReader(io.BytesIO(pdf)).pages
+    return sum(1 for page in pages if page.mediabox.width > page.mediabox.height)
 
 
 def _ensure_lake() -> None:
@@ -112,7 +158,18 @@ def measure(notebook: Any, repeat: int) -> dict[str, Any]:
     html = HtmlRenderer()
     html_ms, html_cpu, page = timed(lambda: html.render(notebook, report), repeat)
     pdf = PdfRenderer()
-    pdf_ms, pdf_cpu, (_, pages) = timed(lambda: pdf.render_with_pages(notebook, report), repeat)
+    pdf_ms, pdf_cpu, (pdf_bytes, pages) = timed(
+        lambda: pdf.render_with_pages(notebook, report), repeat
+    )
+    fit_ms = None
+    try:
+        from nbcast.delivery.renderers._fit import fit_tables
+        from nbcast.delivery.renderers._pages import page_geometry
+    except ImportError:  # a renderer from before the table fitting: nothing to time
+        pass
+    else:
+        text, geometry = html.render_html(notebook, report), page_geometry(pdf.page_size)
+        fit_ms, _, _ = timed(lambda: fit_tables(text, geometry), repeat)
     figures: dict[str, Any] = {
         "html_ms": round(html_ms, 1),
         "html_cpu_ms": round(html_cpu, 1),
@@ -124,6 +181,8 @@ def measure(notebook: Any, repeat: int) -> dict[str, Any]:
         "pdf_ms": round(pdf_ms, 1),
         "pdf_ms_per_page": round(pdf_ms / pages, 1),
         "pdf_cpu_ms_per_page": round(pdf_cpu / pages, 1),
+        "pdf_fit_ms": None if fit_ms is None else round(fit_ms, 1),
+        "pdf_landscape_pages": landscape_pages(pdf_bytes),
         "tables": len(read_tables(notebook)),
     }
     if figures["tables"]:
@@ -150,6 +209,7 @@ def main() -> None:
         for example in sorted(EXAMPLES.glob("*.ipynb")):
             notebook = execute(example, Path(folder))
             results[example.stem] = measure(notebook, args.repeat)
+    results["synthetic_wide"] = measure(synthetic_wide(), args.repeat)
     worst = max(figures["pdf_ms_per_page"] for figures in results.values())
     worst_cpu = max(figures["pdf_cpu_ms_per_page"] for figures in results.values())
     print(

@@ -5,7 +5,10 @@ custom properties) is replaced by this small one: a report is read, not edited, 
 WeasyPrint spends most of a page's time parsing CSS, so a small sheet is what keeps
 a PDF page under a second. The ``@media print`` and ``@page`` rules are in the same
 document, which is why the PDF is "that same HTML": a browser printing the HTML
-gets the same page breaks, repeated table headers and scaled images.
+gets the same page breaks, repeated table headers and scaled images. Fitting wide
+tables to the page (landscape pages, smaller type, column groups) depends on the PDF's
+page size, so the ``pdf`` renderer does it on its own copy of the page (:mod:`._fit`),
+with the margins and the table type size below.
 
 Page numbers ("Page 3 of 7") and the report's title in the footer use CSS paged
 media (``counter(pages)``, ``string-set``), so no text from the notebook is ever
@@ -14,9 +17,30 @@ pasted into CSS.
 
 from __future__ import annotations
 
-__all__ = ["REPORT_CSS"]
+from string import Template
 
-REPORT_CSS = """
+__all__ = [
+    "CELL_PADDING_X_PX",
+    "PAGE_MARGINS_MM",
+    "REPORT_CSS",
+    "TABLE_FONT_PT",
+]
+
+PAGE_MARGINS_MM = (16, 14, 18, 14)
+"""The page margins, top, right, bottom, left, in millimetres: the PDF renderer's table
+fitting (:mod:`._fit`) computes the text width from them."""
+TABLE_FONT_PT = 8.5
+"""A table's font size in print, before any step down for a wide table."""
+CELL_PADDING_X_PX = 6
+"""A table cell's left and right padding in print, in CSS pixels (0.75 pt)."""
+
+
+def _margins() -> str:
+    top, right, bottom, left = PAGE_MARGINS_MM
+    return f"{top}mm {right}mm {bottom}mm" + ("" if left == right else f" {left}mm")
+
+
+_CSS = """
 html { color-scheme: light; }
 body {
   margin: 0; background: #fff; color: #1f2328;
@@ -61,7 +85,7 @@ thead th { border-bottom: 2px solid #8c959f; background: #f6f8fa; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 
 @page {
-  margin: 16mm 14mm 18mm;
+  margin: ${margins};
   @bottom-left { content: string(nbcast-title); color: #57606a; font-size: 8pt; }
   @bottom-right {
     content: "Page " counter(page) " of " counter(pages); color: #57606a; font-size: 8pt;
@@ -72,8 +96,8 @@ tbody tr:nth-child(even) { background: #fafbfc; }
   main { max-width: none; padding: 0; }
   .nbcast-title { string-set: nbcast-title content(text); }
   pre { font-size: 8.5pt; }
-  table { font-size: 8.5pt; }
-  th, td { padding: 2px 6px; }
+  table { font-size: ${table_pt}pt; }
+  th, td { padding: 2px ${padding_px}px; }
   thead { display: table-header-group; }
   tfoot { display: table-footer-group; }
   tr, img, pre, .nbcast-stale { break-inside: avoid; }
@@ -82,4 +106,8 @@ tbody tr:nth-child(even) { background: #fafbfc; }
   img { max-width: 100%; height: auto; }
 }
 """
+
+REPORT_CSS = Template(_CSS).substitute(
+    margins=_margins(), table_pt=TABLE_FONT_PT, padding_px=CELL_PADDING_X_PX
+)
 """Inlined into every HTML rendition (module docstring)."""
