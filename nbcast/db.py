@@ -306,35 +306,45 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
-
 def _check_sqlite_file(path: Path) -> None:
-    """Refuse an existing file at ``path`` that is not an SQLite database."""
+    """Refuse an existing file at ``path`` that is not an SQLite database.
+
+    The file is never opened with a plain file handle: closing any handle of a file
+    drops every POSIX lock this process holds on it, including those of SQLite
+    connections already open here — which would let another process write under them
+    and corrupt the database. So its size comes from ``stat`` and its format from a
+    read-only SQLite connection, which shares SQLite's own bookkeeping of the file.
+    """
+    import sqlite3
+
     try:
         if not path.exists():
             return
-        if not path.is_file():
-            raise StorageError(f"database {path} exists and is not a file")
-        with path.open("rb") as handle:
-            header = handle.read(len(_SQLITE_HEADER))
+        info = path.stat()
     except OSError as exc:
         raise StorageError(f"cannot read database {path}: {exc.strerror}") from None
-    if not header:
+    if not path.is_file():
+        raise StorageError(f"database {path} exists and is not a file")
+    if info.st_size == 0:
         raise StorageError(
             f"database {path} exists but is empty (0 bytes): it is not an nbcast database; "
             "nbcast will not overwrite it (move it away to start afresh)"
         )
-    if header != _SQLITE_HEADER:
-        raise StorageError(f"database {path} is not an SQLite database (file is not a database)")
-    links = path.stat().st_nlink
-    if links > 1:
+    if info.st_nlink > 1:
         # Each name would get its own -wal file: SQLite cannot share such a database
         # safely, and one scheduler lock per name would not keep two schedulers apart.
         raise StorageError(
-            f"database {path} has {links} hard links; SQLite cannot share a database "
+            f"database {path} has {info.st_nlink} hard links; SQLite cannot share a database "
             "file under several names (use one path)"
         )
+    try:
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            probe.execute("PRAGMA schema_version").fetchone()
+        finally:
+            probe.close()
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"database {path} is not an SQLite database ({exc})") from None
 
 
 def _private(path: Path) -> None:

@@ -133,3 +133,33 @@ def test_unreachable_database_is_a_storage_error() -> None:
         Database.open(
             "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
         )
+
+
+def test_opening_a_database_again_keeps_this_process_locks(nbcast_home: Path) -> None:
+    """Checking a database file must never open it with a plain file handle: closing
+    any handle of a file drops every POSIX lock the process holds on it. In WAL mode
+    each open connection holds a shared lock on the database file; without it, another
+    process that closes its last connection believes it is the last one and deletes
+    the write-ahead log under this process — the demo once corrupted its database so."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    path = nbcast_home / "nbcast.db"
+    Database.open(f"sqlite:///{path}").dispose()
+    held = sqlite3.connect(path)
+    held.execute("SELECT count(*) FROM tenants").fetchall()  # open, with its shared lock
+    try:
+        Database.open(f"sqlite:///{path}").dispose()  # checks the file meanwhile
+        writer = (
+            "import sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('PRAGMA user_version = 7')\n"
+            "c.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", writer, str(path)], check=True)
+        # The other process was not the last one: the log it wrote to is still there.
+        assert (nbcast_home / "nbcast.db-wal").exists()
+        assert held.execute("PRAGMA user_version").fetchone() == (7,)
+    finally:
+        held.close()
