@@ -12,20 +12,28 @@ these rows — so a check added here (roles, audit) holds for every face.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
 
 from nbcast.access import Caller
 from nbcast.clock import Clock
 from nbcast.db import Database
+from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.channels import channels
 from nbcast.delivery.ledger.rows import retry_failed
 from nbcast.delivery.links import revoke_link as revoke_signed_link
 from nbcast.delivery.queries import MAX_ID, require_run
 from nbcast.delivery.signing import Signer
 from nbcast.delivery.unsubscribe import normalized, record_unsubscribe, use_token
-from nbcast.errors import ConfigError
+from nbcast.errors import ConfigError, UnknownDefinitionError
 from nbcast.governance.tenants import get_tenant
 from nbcast.limits import clip
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from nbcast.governance.models import Tenant
 
 __all__ = [
     "MAX_RECIPIENT_CHARS",
@@ -93,7 +101,12 @@ def unsubscribe_recipient(
 ) -> Unsubscribed:
     """Stop delivering ``report`` (a definition's name, or ``*`` for all) of the
     caller's tenant to ``recipient`` on ``channel`` (any channel the registry knows);
-    later deliveries are SUPPRESSED ``unsubscribed``. Idempotent."""
+    later deliveries are SUPPRESSED ``unsubscribed``. Idempotent.
+
+    A ``report`` that names no definition of the caller's tenant is refused
+    (:class:`~nbcast.errors.UnknownDefinitionError`) and nothing is written: an
+    opt-out for a misspelt name would be recorded, shown as done, and suppress
+    nothing."""
     _check_text("--report", report, MAX_SCOPE_CHARS)
     _check_text("--to", recipient, MAX_RECIPIENT_CHARS)
     _check_text("source", source, _MAX_SOURCE_CHARS)
@@ -104,6 +117,8 @@ def unsubscribe_recipient(
         raise ConfigError(f"--channel: {clip(channel)} is not one of {'|'.join(known)}")
     with db.session() as session:
         tenant = get_tenant(session, caller.tenant)
+        if report != "*":
+            _require_definition(session, tenant, report)
         record_unsubscribe(
             session,
             tenant_id=tenant.id,
@@ -172,6 +187,18 @@ def revoke_link(db: Database, clock: Clock, caller: Caller, link_id: int) -> boo
 def _check_text(what: str, value: str, limit: int) -> None:
     if not isinstance(value, str) or len(value) > limit or "\x00" in value:
         raise ConfigError(f"{what} is at most {limit} characters, without NUL")
+
+
+def _require_definition(session: Session, tenant: Tenant, name: str) -> None:
+    known = session.scalar(
+        sa.select(ReportDefinition.id).where(
+            ReportDefinition.tenant_id == tenant.id, ReportDefinition.name == name
+        )
+    )
+    if known is None:
+        raise UnknownDefinitionError(
+            f"--report: no definition named {clip(name)} in tenant {tenant.name!r}"
+        )
 
 
 def _tenant_name(session: Any, named: dict[str, object]) -> str:

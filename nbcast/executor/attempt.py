@@ -36,15 +36,33 @@ Decisions:
   (``invalid_notebook``, ``invalid_parameters``, ``no_such_kernel``), also kept in the
   error as ``error["reason"]`` and ``error["retryable"]``; the worker ends the run at
   once with that reason instead of retrying it.
-- **Bounded errors.** An error's ``evalue`` and each traceback entry are cut to
-  :data:`MAX_ERROR_TEXT` characters, and the traceback to its last 20 entries: a cell
-  that raises with a 100 MB message does not put 100 MB into two database rows.
+- **Bounded, storable errors.** An error's ``evalue`` and each traceback entry are
+  cut to :data:`MAX_ERROR_TEXT` characters, and the traceback to its last 20 entries:
+  a cell that raises with a 100 MB message does not put 100 MB into two database
+  rows. Everything taken from the kernel — the error's fields, the warehouse usage
+  records — is made storable on both back ends (:mod:`nbcast.executor.storable`: NUL
+  and lone surrogates replaced), so the database never refuses an outcome for what
+  a report put in it.
+- **Too much output** stops the run (:mod:`nbcast.executor.output_limits`): FAILED
+  ``output_too_large``, not retried, with the notebook as far as it was kept.
+- **The run folder is temporary.** Each attempt works in
+  ``<work_dir>/run-<run>-attempt-<n>`` (the kernel's working directory: the input
+  and output notebooks, the run context, the usage file, anything the report writes
+  there). Once the executed notebook is in the artifact store and the usage is read,
+  the folder is removed, whatever the outcome: the artifact store keeps what
+  matters, and ``runs/`` does not grow with every run. A folder left by a worker that
+  died mid-run is removed by the next worker to start there once it is older than
+  :data:`STALE_RUN_FOLDER_S` (8 days: longer than any run may last)
+  (:func:`sweep_run_folders`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import shutil
 import threading
 import time
 import traceback
@@ -56,19 +74,31 @@ from typing import Any
 from nbcast.artifacts import open_store
 from nbcast.errors import NotebookExecutionError, RunCancelledError, RunTimeoutError
 from nbcast.executor.models import RunReason, RunState
+from nbcast.executor.output_limits import OutputTooLargeError
 from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
+from nbcast.executor.storable import (
+    KERNEL_SETUP,
+    MAX_ERROR_TEXT,
+    read_usage_file,
+    storable_error,
+    storable_text,
+)
 
 __all__ = [
     "MAX_ERROR_TEXT",
+    "STALE_RUN_FOLDER_S",
     "AttemptJob",
     "AttemptOutcome",
     "execute_attempt",
+    "sweep_run_folders",
     "warehouse_context",
 ]
 
-MAX_ERROR_TEXT = 4000
-"""Characters kept of an error's ``evalue`` and of each of its traceback entries."""
-_MAX_TRACEBACK_ENTRIES = 20
+log = logging.getLogger(__name__)
+
+STALE_RUN_FOLDER_S = 8 * 24 * 3600
+"""Age (seconds since last modified) past which a left-over run folder is removed."""
+_RUN_FOLDER = re.compile(r"run-\d+-attempt-\d+")
 
 DEFAULT_LIMITS = {"timeout_s": 60, "max_rows": 1_000_000, "max_bytes": 256 * 1024 * 1024}
 
@@ -133,16 +163,7 @@ def _setup_code(run_dir: Path, context_path: Path) -> str:
         f"_os.chdir({str(run_dir)!r})\n"
         f"_os.environ['NBCAST_RUN_CONTEXT'] = {str(context_path)!r}\n"
         "del _os\n"
-    )
-
-
-def _usage(path: Path) -> list[dict[str, Any]]:
-    # read_usage skips a half-written last line (a kernel killed mid-write).
-    from nbcast.warehouse import read_usage
-
-    if not path.exists():
-        return []
-    return [item.to_json() for item in read_usage(path)]
+    ) + KERNEL_SETUP
 
 
 def execute_attempt(
@@ -186,6 +207,9 @@ def execute_attempt(
     except NotebookExecutionError as exc:
         state = RunState.FAILED
         error = {"cell_index": exc.cell_index, **_error(exc.ename, exc.evalue, exc.traceback)}
+    except OutputTooLargeError as exc:
+        state, reason = RunState.FAILED, RunReason.output_too_large
+        error = {"cell_index": exc.cell_index, **_error(type(exc).__name__, str(exc), ())}
     except RunTimeoutError as exc:
         state, error = RunState.TIMED_OUT, {"message": str(exc)}
     except RunCancelledError as exc:
@@ -196,9 +220,11 @@ def execute_attempt(
     finally:
         if env_before is None:
             os.environ.pop("NBCAST_RUN_CONTEXT", None)
-    sha = None
-    if output.exists():
-        sha = open_store(job.artifacts).put_file(output).sha256
+    try:
+        sha = open_store(job.artifacts).put_file(output).sha256 if output.exists() else None
+        usage = read_usage_file(Path(context["usage_path"]))
+    finally:
+        _remove(run_dir)
     import socket
 
     retryable = not (state is RunState.FAILED and reason is not None)
@@ -209,8 +235,8 @@ def execute_attempt(
         duration_s=time.monotonic() - started,
         kernel_start_s=kernel_start,
         artifact_sha256=sha,
-        error=error,
-        usage=_usage(Path(context["usage_path"])),
+        error=storable_error(error),
+        usage=usage,
         host=socket.gethostname(),
         reason=reason,
         retryable=retryable,
@@ -218,9 +244,37 @@ def execute_attempt(
 
 
 def _error(ename: str, evalue: str, trace: Sequence[str]) -> dict[str, Any]:
-    """An error's fields, bounded (module docstring)."""
-    return {
-        "ename": ename[:MAX_ERROR_TEXT],
-        "evalue": evalue[:MAX_ERROR_TEXT],
-        "traceback": [line[:MAX_ERROR_TEXT] for line in list(trace)[-_MAX_TRACEBACK_ENTRIES:]],
-    }
+    """An error's fields, bounded and storable (module docstring)."""
+    stored = storable_error({"ename": ename, "evalue": evalue, "traceback": list(trace)})
+    assert stored is not None
+    return stored
+
+
+def sweep_run_folders(work_dir: str | os.PathLike[str], *, now: float | None = None) -> int:
+    """Remove the run folders in ``work_dir`` that attempts left behind (their worker
+    died) and nobody touched for :data:`STALE_RUN_FOLDER_S`; return how many."""
+    current = time.time() if now is None else now
+    removed = 0
+    try:
+        entries = list(os.scandir(work_dir))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _RUN_FOLDER.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            age = current - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if age > STALE_RUN_FOLDER_S:
+            _remove(Path(entry.path))
+            removed += 1
+    return removed
+
+
+def _remove(run_dir: Path) -> None:
+    """Remove an attempt's run folder (module docstring); what cannot be removed (a
+    file a leftover process of the report still writes) is logged and left."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if run_dir.exists():
+        log.warning("could not remove all of the run folder %s", storable_text(run_dir))

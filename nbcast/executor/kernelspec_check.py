@@ -9,6 +9,17 @@ before a kernel is started (:mod:`nbcast.executor.preflight`).
 A notebook that names no kernel runs on :data:`DEFAULT_KERNEL` (``python3``), in
 Python: the runner passes both to papermill explicitly (papermill alone refuses such a
 notebook, "No kernel name found").
+
+**The language is the kernel's, never the notebook's claim.** papermill writes the
+``-p`` values into the injected-parameters cell with the translator of a language,
+which it takes from the notebook's ``kernelspec.language`` unless told otherwise. A
+notebook that runs on ``python3`` but says ``"language": "bash"`` had its parameters
+quoted for bash and run as Python: ``-p 's=\'"+__import__("os").system(...)#'`` ran
+a shell command. So the runner passes papermill the language of the kernelspec that
+is installed (:func:`installed_language`, jupyter_client's ``KernelSpecManager``),
+and an attempt whose notebook declares another language
+(:func:`declared_language`: ``kernelspec.language``, else ``language_info.name``) is
+refused, permanently (:mod:`nbcast.executor.preflight`, ``language_mismatch``).
 """
 
 from __future__ import annotations
@@ -16,7 +27,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_KERNEL", "kernel_language", "kernel_name", "missing_kernel"]
+__all__ = [
+    "DEFAULT_KERNEL",
+    "declared_language",
+    "installed_language",
+    "kernel_language",
+    "kernel_name",
+    "missing_kernel",
+]
 
 DEFAULT_KERNEL = "python3"
 """The kernel a notebook without ``metadata.kernelspec.name`` runs on."""
@@ -31,10 +49,9 @@ def kernel_name(notebook: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) and name.strip() else DEFAULT_KERNEL
 
 
-def kernel_language(notebook: Mapping[str, Any]) -> str | None:
-    """The notebook's language as papermill looks for it (``kernelspec.language``, then
-    ``language_info.name``); ``python`` when it names neither and runs on
-    :data:`DEFAULT_KERNEL`; else None."""
+def declared_language(notebook: Mapping[str, Any]) -> str | None:
+    """The language the notebook says it is in, as papermill looks for it
+    (``kernelspec.language``, then ``language_info.name``), or None."""
     metadata = notebook.get("metadata")
     if not isinstance(metadata, Mapping):
         metadata = {}
@@ -43,7 +60,30 @@ def kernel_language(notebook: Mapping[str, Any]) -> str | None:
         value = block.get(field) if isinstance(block, Mapping) else None
         if isinstance(value, str) and value.strip():
             return value
+    return None
+
+
+def kernel_language(notebook: Mapping[str, Any]) -> str | None:
+    """The notebook's declared language (:func:`declared_language`); ``python`` when
+    it names none and runs on :data:`DEFAULT_KERNEL`; else None. What the notebook
+    says, not what its kernel runs: see :func:`installed_language`."""
+    declared = declared_language(notebook)
+    if declared is not None:
+        return declared
     return "python" if kernel_name(notebook).lower() == DEFAULT_KERNEL else None
+
+
+def installed_language(name: str) -> str | None:
+    """The language of the kernelspec ``name`` installed here (its ``kernel.json``),
+    or None when there is no such kernelspec or it names no language."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except (NoSuchKernel, ValueError):
+        return None
+    language = spec.language
+    return language if isinstance(language, str) and language.strip() else None
 
 
 def missing_kernel(notebook: Mapping[str, Any]) -> str | None:

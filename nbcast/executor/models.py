@@ -104,6 +104,12 @@ class RunReason(StrEnum):
     """FAILED at once: the pinned version is not a notebook papermill can run."""
     submit_refused = "submit_refused"
     """FAILED at once: the engine refused the attempt's job as it is."""
+    language_mismatch = "language_mismatch"
+    """FAILED at once: the notebook declares a language other than its kernel's
+    (:mod:`nbcast.executor.kernelspec_check`)."""
+    output_too_large = "output_too_large"
+    """FAILED at once: the run sent more output than its limits allow
+    (:mod:`nbcast.executor.output_limits`)."""
 
 
 class Outcome(StrEnum):

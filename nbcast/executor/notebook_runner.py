@@ -22,27 +22,33 @@ Design decisions:
   cannot pass. The engine
   shuts a pooled kernel down after its run only if it acquired it: whoever acquired
   a kernel releases it.
-- **Without a pool** :func:`execute_notebook` uses papermill's default engine, so
-  nbclient owns, starts and shuts down the kernel exactly as papermill does. nbcast
-  only passes a ``kernel_manager_class`` (an ``AsyncKernelManager`` subclass made
-  per run) that, once the kernel is up, hands its process to the watchdog and runs
-  ``setup_code`` — the same silent way as the engine.
+- **Without a pool** the engine starts its own kernel the way papermill's nbclient
+  engine does (nbclient owns, starts and shuts it down). nbcast passes a
+  ``kernel_manager_class`` (an ``AsyncKernelManager`` subclass made per run) that
+  starts the kernel with the kernel environment
+  (:mod:`nbcast.executor.kernels.environment`), hands its process to the watchdog
+  and runs ``setup_code`` — the same silent way as the pooled path.
 - **No process-wide ``chdir``.** papermill's ``cwd=`` changes the *worker's* working
   directory for the whole run, which is wrong with several runs in threads. Instead
   the kernel changes directory: the warm path prepends ``os.chdir(cwd)`` to the
   setup code (the pooled kernel was started elsewhere), the cold path starts the
   kernel in ``cwd`` through nbclient's ``resources={"metadata": {"path": cwd}}``.
-- **Watchdog.** ``timeout_s`` (whole run, kernel start included) and ``cancel`` are
-  watched by a thread. When either fires it interrupts the kernel (SIGINT, so the
-  running cell records ``KeyboardInterrupt`` and papermill saves the notebook as
-  usual), waits :data:`INTERRUPT_GRACE_S`, then SIGKILLs the kernel's process group
-  if the run has not ended. Before :func:`execute_notebook` raises
-  :class:`~nbcast.errors.RunTimeoutError` or :class:`~nbcast.errors.RunCancelledError`
-  the kernel process is killed and reaped, so none survives. A limit that passes
-  while a pooled kernel is being acquired takes effect as soon as it is handed over
-  (acquisition is bounded by ``start_timeout``). A run that ends after
-  the watchdog fired is reported as timed out / cancelled even if its last cell
-  happened to finish: the limit had passed.
+- **Watchdog** (:mod:`nbcast.executor.watchdog`). ``timeout_s`` (whole run, kernel
+  start included) and ``cancel`` are watched by a thread. When either fires it
+  interrupts the kernel (SIGINT, so the running cell records ``KeyboardInterrupt``
+  and papermill saves the notebook as usual), waits :data:`INTERRUPT_GRACE_S`, then
+  SIGKILLs the kernel's process group if the run has not ended. Before
+  :func:`execute_notebook` raises :class:`~nbcast.errors.RunTimeoutError` or
+  :class:`~nbcast.errors.RunCancelledError` the kernel process is killed and reaped,
+  so none survives. A limit that passes while a pooled kernel is being acquired takes
+  effect as soon as it is handed over (acquisition is bounded by ``start_timeout``).
+  A run that ends after the watchdog fired is reported as timed out / cancelled even
+  if its last cell happened to finish: the limit had passed.
+- **Output limits** (:mod:`nbcast.executor.output_limits`). Both paths run on the
+  ``nbcast`` engine's notebook client, which counts each cell's output as it arrives;
+  past a limit the kernel is killed at once, the rest is dropped unread, and
+  :func:`execute_notebook` raises
+  :class:`~nbcast.executor.output_limits.OutputTooLargeError`.
 - **Errors.** A failing cell becomes :class:`~nbcast.errors.NotebookExecutionError`
   with papermill's fields; ``cell_index`` is papermill's, i.e. the index in the
   executed notebook (after the injected-parameters cell, before papermill's error
@@ -64,9 +70,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import nbformat
 import papermill
+import zmq
 from jupyter_client.manager import AsyncKernelManager
-from nbclient.util import run_hook, run_sync
+from nbclient.exceptions import CellExecutionComplete
+from nbclient.util import ensure_async, run_hook, run_sync
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 from papermill.exceptions import PapermillExecutionError
@@ -87,6 +96,15 @@ from nbcast.executor.kernels import (
     execute_silently,
     wait_until_connected,
 )
+from nbcast.executor.kernels.environment import kernel_environment
+from nbcast.executor.output_limits import (
+    OutputBudget,
+    OutputLimits,
+    OutputTooLargeError,
+    SocketWatch,
+)
+from nbcast.executor.storable import without_surrogates
+from nbcast.executor.watchdog import RunWatchdog
 
 __all__ = [
     "ENGINE_NAME",
@@ -101,8 +119,6 @@ ENGINE_NAME = "nbcast"
 
 #: Seconds between the watchdog's interrupt and its kill.
 INTERRUPT_GRACE_S = 2.0
-
-_WATCH_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,24 +138,75 @@ class ExecutionResult:
     ended_early: dict[str, Any] | None = None
 
 
-class _SetupNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
-    """papermill's notebook client, running ``setup_code`` silently before cell 0."""
+class _OutputGuard:
+    """One run's output accounting (:mod:`nbcast.executor.output_limits`), shared by
+    its notebook client and its watchdog."""
 
-    def __init__(self, nb_man: Any, setup_code: str = "", **kwargs: Any) -> None:
+    def __init__(self, limits: OutputLimits, watchdog: RunWatchdog) -> None:
+        self.limits = limits
+        self.budget = OutputBudget(limits)
+        self.watchdog = watchdog
+        self.overflowed = False
+        self._sockets: SocketWatch | None = None
+
+    @property
+    def dropping(self) -> bool:
+        """Whether output is past its limit: later messages are dropped unread."""
+        return self.overflowed or self.watchdog.reason == "output"
+
+    def watch(self, client: Any) -> None:
+        """Watch the client's IOPub and shell sockets for oversized messages."""
+        self._sockets = SocketWatch([client.iopub_channel.socket, client.shell_channel.socket])
+        self.watchdog.watch_sockets(self._sockets)
+
+    def overflow(self, why: str, cell_index: int) -> None:
+        """Too much output: stop the kernel now."""
+        self.overflowed = True
+        self.watchdog.fire("output", why, cell_index)
+
+    def close(self) -> None:
+        """Before the client's sockets close (they drop when the kernel stops)."""
+        if self._sockets is not None:
+            self.watchdog.settle_sockets()
+            self._sockets.close()
+            self._sockets = None
+
+
+class _SetupNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
+    """papermill's notebook client, running ``setup_code`` silently before cell 0 and
+    keeping the run's output within its limits (``guard``)."""
+
+    def __init__(
+        self,
+        nb_man: Any,
+        setup_code: str = "",
+        guard: _OutputGuard | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(nb_man, **kwargs)
         self.nbcast_setup_code = setup_code
+        self.nbcast_guard = guard
 
     async def async_start_new_kernel_client(self) -> Any:
-        """Connect to the kernel; for a pooled kernel, without nbclient's 0.2 s IOPub wait."""
-        if self.owns_km:
-            return await super().async_start_new_kernel_client()
+        """Connect to the kernel, with sockets that refuse oversized messages; for a
+        pooled kernel, without nbclient's 0.2 s IOPub wait."""
         self.kc = self.km.client()
+        if self.nbcast_guard is not None:  # before any socket exists
+            self.kc.context.setsockopt(zmq.MAXMSGSIZE, self.nbcast_guard.limits.message_bytes)
         self.kc.start_channels()
         try:
-            await wait_until_connected(self.kc, self.startup_timeout)
+            if self.owns_km:
+                await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+            else:
+                await wait_until_connected(self.kc, self.startup_timeout)
+            if self.nbcast_guard is not None:
+                self.nbcast_guard.watch(self.kc)
         except BaseException:
-            self.kc.stop_channels()
-            self.kc = None
+            if self.owns_km:
+                await self._async_cleanup_kernel()
+            else:
+                self.kc.stop_channels()
+                self.kc = None
             raise
         self.kc.allow_stdin = False
         await run_hook(self.on_notebook_start, notebook=self.nb)
@@ -147,6 +214,34 @@ class _SetupNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
 
     # nbclient binds the synchronous twin to its own coroutine; rebind it to ours.
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _async_cleanup_kernel(self) -> None:
+        if self.nbcast_guard is not None:
+            self.nbcast_guard.close()
+        await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
+    def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+        """Count the message against the run's output limits before nbclient keeps it."""
+        guard = self.nbcast_guard
+        if guard is not None:
+            # papermill writes the notebook as UTF-8, which has no lone surrogates.
+            msg = {**msg, "content": without_surrogates(msg.get("content"))}
+            if guard.dropping:
+                content = msg.get("content") or {}
+                if msg.get("msg_type") == "status" and content.get("execution_state") == "idle":
+                    raise CellExecutionComplete()
+                return None
+            why = guard.budget.add(cell_index, msg)
+            if why is not None:
+                note = f"[nbcast] output stopped: {why}; the run was ended\n"
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stderr", text=note))
+                # The kernel is killed; nbclient notices within a second (it polls
+                # whether the kernel lives) and stops, dropping what is still queued.
+                guard.overflow(why, cell_index)
+                return None
+        return super().process_message(msg, cell, cell_index)
 
     def papermill_execute_cells(self) -> None:
         """Run the setup code, then papermill's cell loop."""
@@ -177,6 +272,7 @@ class WarmKernelEngine(NBClientEngine):  # type: ignore[misc]
     - ``on_kernel``: called with the pooled kernel before the run starts (nbcast's
       watchdog uses it).
     - ``setup_code``: kernel code run silently before the first cell.
+    - ``output_guard``: the run's output accounting (nbcast's own runs pass one).
 
     With neither ``kernel_pool`` nor ``kernel`` it starts its own kernel, like
     papermill's nbclient engine, and still runs ``setup_code``.
@@ -196,6 +292,7 @@ class WarmKernelEngine(NBClientEngine):  # type: ignore[misc]
         kernel: PooledKernel | None = None,
         on_kernel: Callable[[PooledKernel], None] | None = None,
         setup_code: str = "",
+        output_guard: _OutputGuard | None = None,
         **kwargs: Any,
     ) -> Any:
         """Execute the notebook held by ``nb_man`` (papermill's engine contract)."""
@@ -228,11 +325,14 @@ class WarmKernelEngine(NBClientEngine):  # type: ignore[misc]
                 nb_man,
                 km=kernel.manager if kernel is not None else None,
                 setup_code=setup_code,
+                guard=output_guard,
                 **final_kwargs,
             )
             try:
                 return client.execute()
             finally:
+                if output_guard is not None:
+                    output_guard.close()
                 # nbclient leaves the client of a kernel it does not own connected.
                 if kernel is not None and client.kc is not None:
                     client.kc.stop_channels()
@@ -243,63 +343,6 @@ class WarmKernelEngine(NBClientEngine):  # type: ignore[misc]
 
 
 papermill_engines.register(ENGINE_NAME, WarmKernelEngine)
-
-
-class _Watchdog:
-    """Interrupts, then kills, the run's kernel when its deadline passes or it is cancelled."""
-
-    def __init__(self, timeout_s: float | None, cancel: threading.Event | None) -> None:
-        self._deadline = time.monotonic() + timeout_s if timeout_s is not None else None
-        self._cancel = cancel
-        self._lock = threading.Lock()
-        self._process: KernelProcess | None = None
-        self._finished = threading.Event()
-        self.reason: str | None = None  # "timeout" | "cancel"
-        self._thread: threading.Thread | None = None
-        if self._deadline is not None or cancel is not None:
-            self._thread = threading.Thread(target=self._watch, name="nbcast-watchdog", daemon=True)
-            self._thread.start()
-
-    def attach(self, process: KernelProcess | None) -> None:
-        """Watch ``process``; kill it at once if the watchdog already fired."""
-        with self._lock:
-            self._process = process
-            fired = self.reason is not None
-        if fired and process is not None:
-            process.kill()
-
-    def finish(self) -> KernelProcess | None:
-        """Stop watching; return the attached kernel process."""
-        self._finished.set()
-        if self._thread is not None:
-            self._thread.join()
-        with self._lock:
-            return self._process
-
-    def _due(self) -> str | None:
-        if self._cancel is not None and self._cancel.is_set():
-            return "cancel"
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            return "timeout"
-        return None
-
-    def _watch(self) -> None:
-        while (reason := self._due()) is None:
-            if self._finished.wait(_WATCH_INTERVAL_S):
-                return
-        with self._lock:
-            if self._finished.is_set():
-                return
-            self.reason = reason
-            process = self._process
-        if process is not None:
-            process.interrupt()
-        if self._finished.wait(INTERRUPT_GRACE_S):
-            return
-        with self._lock:
-            process = self._process
-        if process is not None:
-            process.kill()
 
 
 def _run_kernel_manager_class(
@@ -315,6 +358,7 @@ def _run_kernel_manager_class(
 
         async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
             began = time.monotonic()
+            kw.setdefault("env", kernel_environment())
             await super().start_kernel(**kw)
             try:
                 on_process(KernelProcess.of(self))
@@ -353,19 +397,23 @@ def execute_notebook(
     start_timeout: float = 60,
     kernel_name: str | None = None,
     language: str | None = None,
+    output_limits: OutputLimits | None = None,
 ) -> ExecutionResult:
     """Run one parameterized notebook with papermill and write the executed notebook.
 
     The kernel works in ``cwd``; ``setup_code`` runs silently in it before the first
-    cell. With a ``pool`` the kernel is a pooled one (engine ``nbcast``), otherwise
-    papermill's default engine starts one. ``timeout_s`` limits the whole run and
-    ``cancel`` may be set from another thread; either stops the kernel. ``kernel_name``
-    and ``language`` override the notebook's (papermill's own arguments).
+    cell. With a ``pool`` the kernel is a pooled one, otherwise the engine starts one
+    (engine ``nbcast`` either way). ``timeout_s`` limits the whole run and ``cancel``
+    may be set from another thread; either stops the kernel. ``output_limits`` bound
+    the output it may send (default :class:`OutputLimits`'s). ``kernel_name`` and
+    ``language`` override the notebook's (papermill's own arguments).
 
     Raises :class:`~nbcast.errors.NotebookExecutionError` when a cell raises (the output
     notebook is written first, by papermill), :class:`~nbcast.errors.RunTimeoutError`,
-    :class:`~nbcast.errors.RunCancelledError`, or :class:`~nbcast.errors.ExecutionError`
-    when ``setup_code`` fails.
+    :class:`~nbcast.errors.RunCancelledError`,
+    :class:`~nbcast.executor.output_limits.OutputTooLargeError` (the notebook as far
+    as it was kept is written), or :class:`~nbcast.errors.ExecutionError` when
+    ``setup_code`` fails.
     """
     began = time.monotonic()
     if cancel is not None and cancel.is_set():
@@ -375,7 +423,8 @@ def execute_notebook(
     cwd = os.path.abspath(cwd)
     if not os.path.isdir(cwd):
         raise ExecutionError(f"the run directory {cwd} does not exist")
-    watchdog = _Watchdog(timeout_s, cancel)
+    watchdog = RunWatchdog(timeout_s, cancel)
+    guard = _OutputGuard(output_limits or OutputLimits(), watchdog)
     outcome: dict[str, Any] = {"warm": False, "kernel_start_s": 0.0}
     pooled: list[PooledKernel] = []
 
@@ -405,13 +454,16 @@ def execute_notebook(
             "kernel_pool": pool,
             "on_kernel": on_kernel,
             "setup_code": chdir + setup_code,
+            "output_guard": guard,
         }
     else:
         engine = {
+            "engine_name": ENGINE_NAME,
             "kernel_manager_class": _run_kernel_manager_class(
                 setup_code, start_timeout, watchdog.attach, on_ready
             ),
             "resources": {"metadata": {"path": cwd}},
+            "output_guard": guard,
         }
 
     failure: BaseException | None = None
@@ -433,6 +485,12 @@ def execute_notebook(
         raise RunTimeoutError(f"the run exceeded its time limit of {timeout_s}s") from failure
     if watchdog.reason == "cancel":
         raise RunCancelledError("the run was cancelled") from failure
+    if watchdog.reason == "output":
+        raise OutputTooLargeError(
+            f"{watchdog.detail or 'too much output'} (at most {guard.limits.cell_bytes:,} "
+            f"bytes per cell and {guard.limits.run_bytes:,} per run)",
+            watchdog.cell_index,
+        ) from failure
     if isinstance(failure, PapermillExecutionError):
         raise NotebookExecutionError(
             failure.cell_index, failure.ename, failure.evalue, tuple(failure.traceback or ())

@@ -15,9 +15,15 @@ invalid_parameters  the run's parameters do not validate against the pinned note
                     parameters cell (or that cell is not literal assignments)
 no_such_kernel      no kernelspec named by the notebook is installed where the attempt
                     runs (``jupyter_client.kernelspec.NoSuchKernel``)
+language_mismatch   the notebook declares a language (``kernelspec.language``,
+                    ``language_info.name``) other than its installed kernel's: its
+                    parameters would be written for one language and run in another
+                    (:mod:`nbcast.executor.kernelspec_check`)
+output_too_large    the run sent more output than its limits allow (found while it
+                    runs: :mod:`nbcast.executor.output_limits`)
 ==================  =======================================================================
 
-:func:`check_attempt` checks all three before any kernel is started (cheap: JSON
+:func:`check_attempt` checks the first four before any kernel is started (cheap: JSON
 parsing, the parameters cell's AST, kernelspec files); :func:`permanent_reason`
 classifies an exception raised later (a kernelspec removed meanwhile). The check runs
 inside the attempt, i.e. on the machine (or Ray node) that executes it, because that is
@@ -56,9 +62,12 @@ def permanent_reason(exc: BaseException) -> RunReason | None:
     from jupyter_client.kernelspec import NoSuchKernel
 
     from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
+    from nbcast.executor.output_limits import OutputTooLargeError
 
     if isinstance(exc, PermanentFailure):
         return exc.reason
+    if isinstance(exc, OutputTooLargeError):
+        return RunReason.output_too_large
     if isinstance(exc, NoSuchKernel):
         return RunReason.no_such_kernel
     if isinstance(exc, (ParameterValueError, ParametersCellError)):
@@ -74,14 +83,20 @@ def _failure(reason: RunReason, exc: BaseException) -> PermanentFailure:
 
 def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[str, str | None]:
     """Check an attempt's notebook, parameters and kernel before it starts; return the
-    kernelspec name and the language to run it with
+    kernelspec name and the language to run it with — the installed kernel's
     (:mod:`nbcast.executor.kernelspec_check`). Raises :class:`PermanentFailure`."""
     import nbformat
 
     from nbcast.definitions.notebook import parameters_cell
     from nbcast.definitions.parameters import parse_parameters_cell, validate_parameters
     from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
-    from nbcast.executor.kernelspec_check import kernel_language, kernel_name, missing_kernel
+    from nbcast.executor.kernelspec_check import (
+        declared_language,
+        installed_language,
+        kernel_language,
+        kernel_name,
+        missing_kernel,
+    )
 
     try:
         notebook = json.loads(notebook_json)
@@ -104,4 +119,18 @@ def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[st
             "NoSuchKernel",
             f"no kernelspec named {missing!r} is installed here",
         )
-    return kernel_name(notebook), kernel_language(notebook)
+    name = kernel_name(notebook)
+    actual = installed_language(name)
+    declared = declared_language(notebook)
+    if actual is not None and declared is not None and _same(declared) != _same(actual):
+        raise PermanentFailure(
+            RunReason.language_mismatch,
+            "LanguageMismatch",
+            f"the notebook declares language {declared[:80]!r} but its kernel {name[:80]!r} "
+            f"runs {actual[:80]!r}",
+        )
+    return name, actual if actual is not None else kernel_language(notebook)
+
+
+def _same(language: str) -> str:
+    return language.strip().lower()

@@ -50,12 +50,13 @@ from nbcast.clock import Clock
 from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.errors import LeaseLostError
-from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptOutcome
+from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptOutcome, sweep_run_folders
 from nbcast.executor.engines.base import Engine
 from nbcast.executor.leases import Lease, Success
 from nbcast.executor.models import ACTIVE_STATES, Run, RunReason, RunState
 from nbcast.executor.preflight import permanent_reason
 from nbcast.executor.queue import RunQueue
+from nbcast.executor.storable import storable_error, storable_json, storable_text
 
 __all__ = ["MAX_RECORD_TRIES", "Worker", "WorkerStats", "default_work_dir"]
 
@@ -162,6 +163,8 @@ class Worker(Service):
             self.engine.name,
             self.engine.capacity,
         )
+        if swept := sweep_run_folders(self.work_dir):
+            log.info("removed %d run folders left by attempts that never ended", swept)
         while True:
             claimed = self.step()
             done = (self.stopping and not self._in_flight) or (
@@ -259,12 +262,15 @@ class Worker(Service):
         reason = permanent_reason(exc)
         if reason is None and isinstance(exc, (ValueError, TypeError)):
             reason = RunReason.submit_refused  # refused as it is: so it will be again
-        error: dict[str, Any] = {
-            "ename": type(exc).__name__,
-            "evalue": str(exc)[:MAX_ERROR_TEXT],
-            "traceback": [line[:MAX_ERROR_TEXT] for line in traceback.format_exception(exc)[-20:]],
-            "stage": "submit",
-        }
+        error = storable_error(
+            {
+                "ename": type(exc).__name__,
+                "evalue": str(exc),
+                "traceback": traceback.format_exception(exc),
+                "stage": "submit",
+            }
+        )
+        assert error is not None
         if reason is not None:
             error.update(reason=reason, retryable=False)
         log.warning(
@@ -312,10 +318,11 @@ class Worker(Service):
         (:meth:`RunQueue.succeed_many`), every other outcome on its own; an outcome
         that cannot be recorded is kept for the next step (module docstring)."""
         successes: list[tuple[Lease, AttemptOutcome]] = []
-        for run_id, attempt, outcome in ended:
+        for run_id, attempt, reported in ended:
             flight = self._in_flight.pop((run_id, attempt), None)
             if flight is None:
                 continue
+            outcome = _storable(reported)
             if outcome.state is RunState.SUCCEEDED:
                 successes.append((flight.lease, outcome))
             else:
@@ -429,6 +436,19 @@ def _database_away(exc: BaseException) -> bool:
     """The database could not be reached (as opposed to: it refused what was sent)."""
     return isinstance(exc, sa.exc.OperationalError) or (
         isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+    )
+
+
+def _storable(outcome: AttemptOutcome) -> AttemptOutcome:
+    """``outcome`` as the database can store it, whichever engine reported it: text
+    from a kernel (or an engine) without NUL or lone surrogates, bounded
+    (:mod:`nbcast.executor.storable`)."""
+    return dataclasses.replace(
+        outcome,
+        error=storable_error(outcome.error),
+        usage=[storable_json(item) for item in outcome.usage or []],
+        reason=None if outcome.reason is None else storable_text(outcome.reason, 32),
+        host=storable_text(outcome.host, 255),
     )
 
 

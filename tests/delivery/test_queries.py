@@ -177,6 +177,23 @@ def test_unsubscribing_by_name_and_by_token(plane: Plane) -> None:
     ]
 
 
+def test_unsubscribing_from_a_report_that_does_not_exist_is_refused(plane: Plane) -> None:
+    plane.publish("sales", [{"channel": "email", "to": "cfo@example.com"}], tenant="acme")
+    plane.publish("costs", [{"channel": "email", "to": "cfo@example.com"}], tenant="globex")
+    before = _counts(plane)
+    for report in ("nope", "costs", "Sales"):  # unknown, another tenant's, another case
+        with pytest.raises(UnknownDefinitionError, match="--report: no definition named"):
+            unsubscribe_recipient(
+                plane.db, plane.clock, ACME, report=report, channel="email", recipient="x@y"
+            )
+    assert _counts(plane) == before
+    everything = unsubscribe_recipient(
+        plane.db, plane.clock, ACME, report="*", channel="email", recipient="x@y"
+    )
+    assert everything.scope == "*"
+    assert _counts(plane)["unsubscriptions"] == before["unsubscriptions"] + 1
+
+
 def _tenant_id(plane: Plane, name: str) -> int:
     with plane.db.engine.connect() as conn:
         return int(

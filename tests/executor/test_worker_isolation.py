@@ -132,12 +132,15 @@ def test_an_outcome_the_database_refuses_does_not_hold_back_the_others(
     def nonsense_usage(outcome: AttemptOutcome) -> AttemptOutcome:
         return dataclasses.replace(outcome, usage=[{"connection": "default", "rows": "many"}])
 
-    def unserializable_error(outcome: AttemptOutcome) -> AttemptOutcome:
-        return dataclasses.replace(outcome, error={**(outcome.error or {}), "seen": {1, 2}})
+    def unstorable_failure(outcome: AttemptOutcome) -> AttemptOutcome:
+        # A set is not JSON and a NUL not storable: the worker makes them storable
+        # itself (nbcast.executor.storable); the figures it cannot fix.
+        error = {**(outcome.error or {}), "seen": {1, 2}, "evalue": "bad\x00data"}
+        return nonsense_usage(dataclasses.replace(outcome, error=error))
 
     garble: dict[int, Callable[[AttemptOutcome], AttemptOutcome]] = {
         costly: nonsense_usage,
-        broken: unserializable_error,
+        broken: unstorable_failure,
     }
     with GarblingEngine(garble, hold=3, capacity=3, pool_size=1) as engine:
         worker = make_worker(db, tmp_path, engine)
@@ -153,7 +156,7 @@ def test_an_outcome_the_database_refuses_does_not_hold_back_the_others(
     assert (run.state, run.reason, run.attempt) == ("FAILED", "max_attempts", 1)
     assert run.error is not None
     assert run.error["ename"] == "ValueError"
-    assert run.error["evalue"] == "bad data"
+    assert run.error["evalue"] == "bad\\0data"
     assert "unrecordable" in run.error
     assert (stats.succeeded, stats.failed, stats.rejected) == (2, 1, 0)
     refused = [r.getMessage() for r in caplog.records if "database refused" in r.getMessage()]

@@ -1,5 +1,6 @@
 """Kernels forked from a zygote, with real processes: they run code, are isolated from
-each other, match a normally started kernel, obey signals, and never outlive the zygote."""
+each other, match a normally started kernel, obey signals, outlive a killed zygote and
+never outlive the worker."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
+from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.kernels.forked import (
     ZygoteKernelManager,
     ZygoteProvisioner,
@@ -89,9 +91,10 @@ def wait_gone(pid: int, within: float = 10.0) -> bool:
 
 
 @asynccontextmanager
-async def running(km: AsyncKernelManager) -> AsyncIterator[AsyncKernelClient]:
-    """Start ``km``'s kernel, yield a ready client, shut the kernel down afterwards."""
-    await km.start_kernel()
+async def running(km: AsyncKernelManager, **start: Any) -> AsyncIterator[AsyncKernelClient]:
+    """Start ``km``'s kernel (``start``: its arguments), yield a ready client, shut the
+    kernel down afterwards."""
+    await km.start_kernel(**start)
     kc = km.client()
     kc.start_channels()
     try:
@@ -133,8 +136,9 @@ def test_runs_code_in_a_child_of_the_zygote(zygote: Zygote) -> None:
                 )
             )
             pid = kernel_pid(km)
-            # its own session and process group; parent (and parent poller) = the zygote
-            assert facts[:6] == [pid, zygote.pid, pid, pid, str(zygote.pid), zygote.pid]
+            # its own session and process group; parent = the zygote; no ipykernel parent
+            # poller (1): the kernel watches the worker, i.e. this process
+            assert facts[:6] == [pid, zygote.pid, pid, pid, str(os.getpid()), 1]
             # preloaded, but nothing bound in the user namespace
             assert facts[6:] == [True, False, False]
             assert pid in children(zygote.pid)
@@ -185,8 +189,8 @@ print(json.dumps({
 
 
 def test_looks_like_a_normally_started_kernel(zygote: Zygote) -> None:
-    async def fingerprint(km: AsyncKernelManager) -> dict[str, Any]:
-        async with running(km) as kc:
+    async def fingerprint(km: AsyncKernelManager, **start: Any) -> dict[str, Any]:
+        async with running(km, **start) as kc:
             found: dict[str, Any] = json.loads(await printed(kc, FINGERPRINT))
             # pyplot's inline integration is live: a figure shows without plt.show()
             _, messages = await execute(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 2])")
@@ -199,7 +203,10 @@ def test_looks_like_a_normally_started_kernel(zygote: Zygote) -> None:
             return found
 
     async def scenario() -> None:
-        normal = await fingerprint(AsyncKernelManager(kernel_name="python3"))
+        # Started as nbcast starts kernels: without its secrets in the environment.
+        normal = await fingerprint(
+            AsyncKernelManager(kernel_name="python3"), env=kernel_environment()
+        )
         forked = await fingerprint(zygote_kernel_manager(zygote=zygote))
         assert forked == normal
         assert normal["figure"]
@@ -268,22 +275,28 @@ def test_closing_the_zygote_kills_its_kernels_and_their_children() -> None:
     asyncio.run(scenario())
 
 
-def test_kernel_exits_when_the_zygote_is_killed() -> None:
-    """ipykernel's parent poller watches the zygote: SIGKILL on it leaves no kernel."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_kernel_outlives_its_zygote(signum: int) -> None:
+    """A report can kill its kernel's parent; that must end no kernel (the zygote's
+    SIGTERM handler used to kill them all, ipykernel's parent poller within 1 s)."""
 
     async def scenario() -> None:
         own = Zygote().start()
         km = zygote_kernel_manager(zygote=own)
         try:
             async with running(km) as kc:
-                await asyncio.sleep(1.5)  # the poller has run and not fired wrongly
-                assert await printed(kc, "print('alive')") == "alive\n"
                 kernel = kernel_pid(km)
-                os.kill(own.pid or 0, signal.SIGKILL)
-                assert wait_dead(kernel)
-                assert not await km.is_alive()
+                zygote_pid = own.pid or 0
+                code = f"import os, signal\nos.kill(os.getppid(), {int(signum)})\nprint('sent')"
+                assert await printed(kc, code) == "sent\n"
+                assert wait_dead(zygote_pid)
+                await asyncio.sleep(2.5)  # ipykernel's poller checked its parent twice
+                assert state(kernel) not in (None, "Z")
+                assert await printed(kc, "import os\nprint(os.getppid() != 0)") == "True\n"
+                assert await km.is_alive()
         finally:
             own.close()
+        assert wait_gone(kernel)
 
     asyncio.run(scenario())
 
@@ -314,6 +327,24 @@ def test_zygote_and_kernels_go_when_the_worker_dies(tmp_path: Path) -> None:
         worker.wait()
     assert wait_dead(zygote_pid, 5)
     assert wait_dead(kernel, 5)
+
+
+def test_a_kernel_whose_zygote_is_gone_still_ends_with_the_worker(tmp_path: Path) -> None:
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(tmp_path / "kernel.json")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        zygote_pid, kernel = map(int, worker.stdout.readline().split())
+        os.kill(zygote_pid, signal.SIGKILL)  # nobody left to kill the kernel for it
+        assert wait_dead(zygote_pid, 5)
+        assert state(kernel) not in (None, "Z")
+    finally:
+        worker.kill()
+        worker.wait()
+    assert wait_dead(kernel, 5)  # its own watch of the worker
 
 
 def test_setup_errors_are_raised_by_spawn(zygote: Zygote, tmp_path: Path) -> None:

@@ -30,6 +30,22 @@ connection verified for one name is never reused for another name on the same
 address.) Proxies from the environment are not used: a proxy would resolve the name
 itself. Redirects are not followed. A refused URL fails at once; nothing is sent.
 
+How long it may take: every request has a total deadline,
+:attr:`WebhookChannel.total_timeout` (default :data:`DEFAULT_TOTAL_TIMEOUT`, 30 s; at
+most :data:`MAX_TOTAL_TIMEOUT`, 5 minutes), that covers connecting, TLS, sending,
+every read of the answer — ``1xx`` informational answers included — and draining its
+body. httpx's own timeouts (``timeout``, 10 s) count per operation: a receiver that
+trickles its status line or headers a byte every few seconds, or sends ``102
+Processing`` forever, never trips them, and a sender thread would wait on it
+indefinitely while the other rows of its batch wait too. So the pinned connection's
+network stream (:class:`_DeadlineStream`) cuts every read and write timeout to what
+is left of the current request's deadline (a context variable set around the
+request, so a kept-alive connection obeys whichever request uses it). A request that
+runs out of time is an :class:`~nbcast.errors.OutcomeUnknownError` once anything was
+sent (the receiver may have got it), a :class:`~nbcast.errors.TransientChannelError`
+while still connecting. (Looking the host name up is the system resolver's, with its
+own timeouts, and comes before the deadline's first check.)
+
 What is kept: the receipt holds the status and a few response headers
 (``content-type``, ``content-length``, ``x-request-id``, ``request-id``; each value at
 most 100 characters) — never the response body, which is read (at most 64 KiB, to
@@ -50,7 +66,8 @@ a URL or an address the policy refuses          PermanentChannelError (nothing s
 connect error or timeout, pool timeout, a       TransientChannelError (nothing sent)
 name that does not resolve
 read timeout, write error, disconnect before    OutcomeUnknownError
-the status line
+the status line, the total deadline passed
+after connecting
 ==============================================  =======================================
 
 Connections: one :class:`httpx.Client` (keep-alive pool) per channel, closed by
@@ -59,9 +76,11 @@ Connections: one :class:`httpx.Client` (keep-alive pool) per channel, closed by
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import json
+import math
 import socket
 import ssl
 import time
@@ -91,13 +110,49 @@ from nbcast.errors import (
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
 
-__all__ = ["WebhookChannel", "payload", "sign", "verify_signature"]
+__all__ = [
+    "DEFAULT_TOTAL_TIMEOUT",
+    "MAX_TOTAL_TIMEOUT",
+    "WebhookChannel",
+    "payload",
+    "sign",
+    "verify_signature",
+]
+
+DEFAULT_TOTAL_TIMEOUT = 30.0
+"""Seconds one webhook request may take in all (module docstring)."""
+
+MAX_TOTAL_TIMEOUT = 300.0
+"""The largest :attr:`WebhookChannel.total_timeout` accepted (seconds)."""
 
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
 _RECEIPT_HEADERS = ("content-type", "content-length", "x-request-id", "request-id")
 _HEADER_VALUE_LIMIT = 100
 _DRAIN_LIMIT = 64 * 1024
 """Bytes of a response body read (and dropped) so its connection can be reused."""
+_WRITE_CHUNK = 16 * 1024
+"""Bytes handed to the socket per write, so that each write is bounded by the deadline."""
+
+_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "nbcast_webhook_deadline", default=None
+)
+"""``(monotonic deadline, total seconds)`` of the request under way in this context."""
+
+
+_OVERTIME = "the request took longer than its total time limit of {:g}s"
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of the current request's deadline; ``error``
+    when nothing is left."""
+    current = _DEADLINE.get()
+    if current is None:
+        return timeout
+    deadline, total = current
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error(_OVERTIME.format(total))
+    return left if timeout is None else min(timeout, left)
 
 
 def sign(secret: str | bytes, timestamp: int | str, body: bytes) -> str:
@@ -160,8 +215,42 @@ def payload(message: Message) -> dict[str, Any]:
     }
 
 
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every read and write ends by the current request's
+    deadline (module docstring), whatever timeout httpcore asks for."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # httpcore's stream resets the socket timeout for each send() it loops over;
+        # smaller pieces bring the deadline back in between.
+        for start in range(0, len(buffer), _WRITE_CHUNK):
+            piece = buffer[start : start + _WRITE_CHUNK]
+            self._stream.write(piece, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        left = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
 class _PinnedBackend(httpcore.SyncBackend):
-    """Opens each connection to an address the policy judged, from one lookup."""
+    """Opens each connection to an address the policy judged, from one lookup, as a
+    stream that keeps to the request's deadline (:class:`_DeadlineStream`)."""
 
     def __init__(self, policy: WebhookPolicy, resolver: Resolver) -> None:
         self.policy = policy
@@ -181,12 +270,15 @@ class _PinnedBackend(httpcore.SyncBackend):
             raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
         failure: Exception | None = None
         for address in addresses:
+            left = _left(timeout, httpcore.ConnectTimeout)
             try:
-                return super().connect_tcp(
-                    str(address), port, timeout, local_address, socket_options
+                stream = super().connect_tcp(
+                    str(address), port, left, local_address, socket_options
                 )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
+            else:
+                return _DeadlineStream(stream)
         assert failure is not None
         raise failure
 
@@ -223,11 +315,19 @@ class WebhookChannel(Channel):
     ``policy`` says which URLs may be reached (default: HTTPS to public addresses
     only); ``verify`` is httpx's TLS verification (True, or an
     :class:`ssl.SSLContext` trusting a private CA); ``resolver`` looks host names up
-    (:func:`socket.getaddrinfo`).
+    (:func:`socket.getaddrinfo`). ``timeout`` bounds each network operation and
+    ``total_timeout`` the whole request; either must be a finite number of seconds
+    above 0, and ``total_timeout`` at most :data:`MAX_TOTAL_TIMEOUT`
+    (:class:`~nbcast.errors.ConfigError` otherwise).
     """
 
     name: ClassVar[str] = "webhook"
     sends_links: ClassVar[bool] = True
+
+    total_timeout: float = DEFAULT_TOTAL_TIMEOUT
+    """Seconds one request may take in all — connect, TLS, send, every read (``1xx``
+    answers included) and the drained body (module docstring). Running out after
+    connecting is an :class:`~nbcast.errors.OutcomeUnknownError`."""
 
     @classmethod
     def from_environment(
@@ -261,12 +361,14 @@ class WebhookChannel(Channel):
         secret: str | bytes,
         *,
         timeout: float = 10.0,
+        total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
         policy: WebhookPolicy | None = None,
         verify: ssl.SSLContext | bool = True,
         resolver: Resolver = socket.getaddrinfo,
     ) -> None:
         self.secret = secret
-        self.timeout = timeout
+        self.total_timeout = _seconds("total_timeout", total_timeout, MAX_TOTAL_TIMEOUT)
+        self.timeout = min(_seconds("timeout", timeout, MAX_TOTAL_TIMEOUT), self.total_timeout)
         self.policy = policy if policy is not None else WebhookPolicy()
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
         transport = _PinnedTransport(self.policy, verify=verify, resolver=resolver, limits=limits)
@@ -288,27 +390,36 @@ class WebhookChannel(Channel):
             "X-Nbcast-Signature": sign(self.secret, timestamp, body),
             "X-Nbcast-Delivery": message.key,
         }
+        deadline = time.monotonic() + self.total_timeout
+        token = _DEADLINE.set((deadline, self.total_timeout))
         try:
             with self.client.stream(
                 "POST",
                 message.recipient,
                 content=body,
                 headers=headers,
-                timeout=self.timeout,
+                # Per operation; the wait for a free pooled connection is bounded by
+                # it too and counts against the deadline, which the streams enforce.
+                timeout=httpx.Timeout(self.timeout),
                 follow_redirects=False,
             ) as response:
                 status = response.status_code
                 summary = _header_summary(response)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                _drain(response, time.monotonic() + self.timeout)
+                _drain(response, min(deadline, time.monotonic() + self.timeout))
         except ConfigError as exc:  # the policy refused an address: nothing was sent
             raise PermanentChannelError(f"webhook URL refused: {exc}") from None
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise TransientChannelError(f"webhook unreachable: {peer_text(repr(exc))}") from exc
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            if time.monotonic() >= deadline:
+                text = _OVERTIME.format(self.total_timeout)
+                raise OutcomeUnknownError(f"webhook did not answer: {text}") from exc
             raise OutcomeUnknownError(f"webhook did not answer: {peer_text(repr(exc))}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise PermanentChannelError(f"webhook URL is not usable: {peer_text(exc)}") from exc
+        finally:
+            _DEADLINE.reset(token)
         if 200 <= status < 300:
             return Receipt({"status": status, "headers": summary})
         text = f"webhook answered HTTP {status}"
@@ -319,6 +430,17 @@ class WebhookChannel(Channel):
     def close(self) -> None:
         """Close the connection pool."""
         self.client.close()
+
+
+def _seconds(what: str, value: float, ceiling: float) -> float:
+    """A configured number of seconds: finite, above 0, at most ``ceiling``."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or not 0 < seconds <= ceiling:
+        raise ConfigError(f"webhook {what} must be a number of seconds in (0, {ceiling:g}]")
+    return seconds
 
 
 def _header_summary(response: httpx.Response) -> dict[str, str]:

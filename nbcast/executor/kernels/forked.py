@@ -82,8 +82,13 @@ class _ForkedKernel:
         if stat is not None and stat[1] == self.start_time:
             if stat[0] not in ("Z", "X"):
                 return None
-            if stat[2] is not None:  # a zombie the zygote has yet to reap
-                return os.waitstatus_to_exitcode(stat[2])
+            if stat[2] is not None:  # a zombie its parent has yet to reap
+                status = os.waitstatus_to_exitcode(stat[2])
+                # After its zygote died, a kernel's parent is whoever adopts orphans:
+                # when that is this process (PID 1 in a container), reap it here.
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, os.WNOHANG)
+                return status
         with contextlib.suppress(ZygoteError):
             code = self.zygote.exit_code(self.pid) if self.zygote else None
             if code is not None:

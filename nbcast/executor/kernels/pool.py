@@ -69,6 +69,7 @@ from typing import Any, Self, TypeVar
 
 from jupyter_client.manager import AsyncKernelManager
 
+from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.kernels.process import (
     KernelProcess,
     execute_silently,
@@ -211,7 +212,8 @@ class KernelPool:
     ``warmup`` is kernel code run (silently) in every pooled kernel before it is
     handed out; ``None`` or ``""`` pre-starts kernels without warming them.
     ``cwd`` and ``env`` are the kernels' working directory and *entire* environment
-    (jupyter_client semantics; ``None`` inherits the worker's). ``start_timeout``
+    (jupyter_client semantics; ``None``: the worker's without nbcast's secrets,
+    :func:`~nbcast.executor.kernels.environment.kernel_environment`). ``start_timeout``
     bounds a background kernel's start and its warm-up.
 
     Usable from ordinary synchronous code and from several threads at once; use it
@@ -384,8 +386,7 @@ class KernelPool:
         kwargs: dict[str, Any] = {}
         if self._cwd is not None:
             kwargs["cwd"] = self._cwd
-        if self._env is not None:
-            kwargs["env"] = dict(self._env)
+        kwargs["env"] = dict(self._env) if self._env is not None else kernel_environment()
         return kwargs
 
     def _spawn(self, kernel_name: str, claim: _Claim | None, *, attempt: int = 1) -> _Slot:

@@ -36,6 +36,16 @@ Design decisions:
   started, or does not answer a request within ``request_timeout`` (30 s), is killed
   and the kernel started with ``Popen`` with a warning (:class:`ZygoteUnavailable`).
 
+The zygote's environment, and every kernel's, is the worker's without nbcast's
+secrets (:mod:`nbcast.executor.kernels.environment`), whatever a caller passes.
+
+A kernel outlives its zygote: killing the zygote (a report can: it is the kernel's
+parent, and runs as the same user) ends no running kernel. The zygote leaves its
+kernels alone when it gets SIGTERM or SIGINT, and kernels watch the *worker* (the
+zygote's client), not the zygote, to end when it dies; :func:`default_zygote` starts
+a new zygote for later kernels. The zygote still kills its kernels when its client
+asks (``shutdown``), closes the socket or dies.
+
 Caveats: the preloads see the zygote's environment (the worker's at zygote start);
 kernels of one zygote share ``PYTHONHASHSEED``; a kernel's parent is the zygote, and
 ``ps`` shows it with the zygote's command line; non-daemon threads do not delay a
@@ -57,6 +67,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from nbcast.errors import ExecutionError
+from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.kernels.zygote_server import INLINE_BACKEND as INLINE_BACKEND
 
 __all__ = [
@@ -167,7 +178,7 @@ class Zygote:
                     stdin=subprocess.DEVNULL,
                     pass_fds=[theirs.fileno()],
                     start_new_session=True,  # a terminal's Ctrl-C is for the worker
-                    env=self.env,
+                    env=kernel_environment(self.env),
                 )
             except BaseException:
                 ours.close()
@@ -189,7 +200,8 @@ class Zygote:
         """Fork a kernel for ``connection_file``; return its pid.
 
         ``argv_extra`` are further ``IPKernelApp`` arguments; ``env`` replaces the
-        kernel's environment (default: ours); ``cwd`` defaults to ours.
+        kernel's environment (default: ours), without nbcast's secrets either way;
+        ``cwd`` defaults to ours.
         """
         reply = self._request(
             {
@@ -197,7 +209,7 @@ class Zygote:
                 "connection_file": os.path.abspath(connection_file),
                 "argv_extra": list(argv_extra),
                 "cwd": os.path.abspath(cwd or os.getcwd()),
-                "env": dict(os.environ if env is None else env),
+                "env": kernel_environment(env),
             }
         )
         return int(reply["pid"])

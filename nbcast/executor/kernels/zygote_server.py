@@ -24,12 +24,21 @@ Design decisions:
   handlers and ``os._exit`` (the zygote's stack never unwinds in a child). Setup errors
   (a missing ``cwd``) are reported back and raised by the client's ``Zygote.spawn``, as
   ``Popen`` would.
-- **Parent polling points at the zygote.** ``IPKernelApp.parent_handle`` defaults to
-  ``JPY_PARENT_PID`` read at *import* time (in the zygote), so the child passes the
-  zygote's pid explicitly: ipykernel's ``ParentPollerUnix`` keeps the kernel alive
-  while the zygote lives and ends it within a second if the zygote dies, even by
-  ``SIGKILL``. The zygote itself exits (killing its kernels' process groups) on
-  ``shutdown``, ``SIGTERM``/``SIGINT``, end-of-file or a new parent pid.
+- **Kernels watch the worker, not the zygote.** A kernel's parent is the zygote, and
+  a report can kill its parent (``os.kill(os.getppid(), SIGTERM)``): that must not
+  end the other tenants' kernels forked from it. Two things used to: the zygote
+  killed its kernels' process groups on ``SIGTERM``, and ipykernel's
+  ``ParentPollerUnix`` (pointed at the zygote) ended each kernel within a second of
+  the zygote's death. Now the zygote exits on ``SIGTERM``/``SIGINT`` leaving its
+  kernels running (they are reparented), and each kernel watches the *worker* — the
+  zygote's client — instead: ``parent_handle=1`` turns ipykernel's poller off (its
+  own special case for a parent that never goes away, which also keeps its
+  connection banner off stdout), and a thread of the kernel waits on a pidfd of the
+  worker that the zygote opened at start (or, without pidfds, checks the worker's
+  ``/proc`` start time every second) and ends the kernel when the worker is gone,
+  even by ``SIGKILL``. ``JPY_PARENT_PID`` says the worker's pid. The zygote still
+  kills its kernels on ``shutdown``, end-of-file (its client went away) or a new
+  parent pid (its client died); the client starts a new zygote for later kernels.
 - **Import-time state a kernel would have computed differently is redone in the
   child:** matplotlib's ``backend`` from ``MPLBACKEND`` (ipykernel's inline default);
   ``matplotlib_inline.backend_inline`` is re-imported by pyplot so it hooks into the
@@ -89,14 +98,57 @@ def _prepare_child_runtime() -> None:
             config.set_option(key, 20)
 
 
-def _run_kernel(zygote_pid: int, argv: list[str]) -> int:
+def _start_time(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+class _Worker:
+    """The worker the zygote serves, as its kernels watch it (module docstring)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.start_time = _start_time(pid)
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):  # Linux 5.3+
+            self.pidfd = os.pidfd_open(pid)
+
+    def alive(self) -> bool:
+        """Whether it is still running (checked through /proc)."""
+        return self.start_time is not None and _start_time(self.pid) == self.start_time
+
+    def watch(self) -> None:
+        """In a kernel: end this process as soon as the worker is gone."""
+
+        def wait_for_exit() -> None:
+            if self.pidfd is not None:
+                poller = select.poll()
+                poller.register(self.pidfd, select.POLLIN)
+                while not poller.poll():
+                    pass
+            else:
+                while self.alive():
+                    time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=wait_for_exit, name="nbcast-worker-watch", daemon=True).start()
+
+
+def _run_kernel(worker: _Worker, argv: list[str]) -> int:
     """Run an IPython kernel as ``python -m ipykernel_launcher`` would; return its code."""
     code = 0
     try:
         _prepare_child_runtime()
         from ipykernel.kernelapp import IPKernelApp
 
-        app: Any = IPKernelApp.instance(parent_handle=zygote_pid)
+        worker.watch()
+        # 1: no parent poller (see the module docstring).
+        app: Any = IPKernelApp.instance(parent_handle=1)
         app.initialize(argv)
         app.start()
     except SystemExit as exc:
@@ -122,11 +174,13 @@ def _run_kernel(zygote_pid: int, argv: list[str]) -> int:
 class _Server:
     """The zygote's request loop: one client socket, children reaped as they exit."""
 
-    def __init__(self, sock: socket.socket, parent_pid: int, env_set: dict[str, str]) -> None:
-        self.sock, self.parent_pid, self.env_set = sock, parent_pid, env_set
+    def __init__(self, sock: socket.socket, worker: _Worker, env_set: dict[str, str]) -> None:
+        self.sock, self.worker, self.env_set = sock, worker, env_set
+        self.parent_pid = worker.pid
         self.children: set[int] = set()
         self.exit_codes: dict[int, int] = {}
         self.stopping = False
+        self.orphaning = False  # SIGTERM/SIGINT: exit, leaving the kernels running
         self.buffer = b""
         spec = importlib.util.find_spec("ipykernel_launcher")
         self.launcher = spec.origin if spec and spec.origin else "ipykernel_launcher"
@@ -134,7 +188,7 @@ class _Server:
         os.set_blocking(self.wake_w, False)
 
     def _stop(self, signum: int, frame: object) -> None:
-        self.stopping = True
+        self.stopping = self.orphaning = True
 
     def send(self, message: Mapping[str, Any]) -> None:
         """Write one JSON line to the client; a vanished client stops the server."""
@@ -144,7 +198,8 @@ class _Server:
             self.stopping = True
 
     def run(self) -> None:
-        """Serve requests until told to stop or orphaned; then kill every kernel."""
+        """Serve requests until told to stop or orphaned; then kill every kernel —
+        unless a signal stopped it (module docstring)."""
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
@@ -163,7 +218,8 @@ class _Server:
                     line, self.buffer = self.buffer.split(b"\n", 1)
                     self.send(self.handle(line))
         finally:
-            self.kill_children()
+            if not self.orphaning:
+                self.kill_children()
 
     def reap(self) -> None:
         """Collect exited children and remember their exit codes."""
@@ -208,12 +264,11 @@ class _Server:
         status_r, status_w = os.pipe()
         blocked = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the kernel; never returns
             try:
                 os.close(status_r)
-                self._child(zygote_pid, status_w, argv, str(request["cwd"]), env)
+                self._child(status_w, argv, str(request["cwd"]), env)
             finally:
                 os._exit(127)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -225,9 +280,7 @@ class _Server:
             raise OSError(error)
         return pid
 
-    def _child(
-        self, zygote_pid: int, status_w: int, argv: list[str], cwd: str, env: dict[str, str]
-    ) -> None:
+    def _child(self, status_w: int, argv: list[str], cwd: str, env: dict[str, str]) -> None:
         """Turn the forked child into a kernel process (runs in the child only)."""
         try:
             os.setsid()
@@ -244,7 +297,7 @@ class _Server:
             os.environ.update(env)
             for key, value in self.env_set.items():  # what the preloads did to os.environ
                 os.environ.setdefault(key, value)
-            os.environ["JPY_PARENT_PID"] = str(zygote_pid)
+            os.environ["JPY_PARENT_PID"] = str(self.worker.pid)
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             os.close(devnull)
@@ -255,7 +308,7 @@ class _Server:
             os.write(status_w, f"{type(exc).__name__}: {exc}".encode())
             os._exit(127)
         os.close(status_w)
-        os._exit(_run_kernel(zygote_pid, argv))
+        os._exit(_run_kernel(self.worker, argv))
 
 
 def _server_main(argv: Sequence[str]) -> int:
@@ -276,7 +329,7 @@ def _server_main(argv: Sequence[str]) -> int:
     env_set = {k: v for k, v in os.environ.items() if environ.get(k) != v}
     gc.collect()
     gc.freeze()
-    server = _Server(sock, config["parent"], env_set)
+    server = _Server(sock, _Worker(int(config["parent"])), env_set)
     threads = len(os.listdir("/proc/self/task"))
     server.send({"ok": True, "loaded": loaded, "failed": failed, "env_set": env_set,
                  "threads": threads})  # fmt: skip

@@ -1,0 +1,153 @@
+"""The run watchdog: stops a run's kernel when its time is up, it is cancelled, or it
+sends too much output.
+
+A thread per run (:class:`RunWatchdog`) checks every 50 ms:
+
+- **Time limit and cancel.** When the run's deadline passes or its cancel event is
+  set, it interrupts the kernel (SIGINT, so the running cell records
+  ``KeyboardInterrupt`` and papermill saves the notebook as usual), waits
+  :data:`INTERRUPT_GRACE_S` (looked up on :mod:`nbcast.executor.notebook_runner`, where
+  tests shorten it), then SIGKILLs the kernel's process group if the run has not
+  ended.
+- **Too much output.** The notebook client counts output as it arrives and calls
+  :meth:`RunWatchdog.fire` with ``"output"`` past a limit
+  (:mod:`nbcast.executor.output_limits`): the kernel is killed at once, since a flood
+  would go on through an interrupt's grace. A message too large to be accepted at
+  all shows as a dropped client socket (:class:`~nbcast.executor.output_limits.
+  SocketWatch`); a second drop, or one while the kernel stays alive for
+  :data:`DROP_GRACE_S` — a kernel that exits drops its sockets once, too — counts as
+  too much output.
+
+A limit that passes before the kernel is attached takes effect as soon as it is
+(:meth:`RunWatchdog.attach` kills it at once). The first reason wins; ``reason`` and
+``detail`` say which and why.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nbcast.executor.kernels import KernelProcess
+    from nbcast.executor.output_limits import SocketWatch
+
+__all__ = ["DROP_GRACE_S", "RunWatchdog"]
+
+DROP_GRACE_S = 3.0
+"""Seconds a kernel must outlive a dropped client socket for the drop to count as an
+oversized message."""
+
+_WATCH_INTERVAL_S = 0.05
+
+
+def _interrupt_grace() -> float:
+    from nbcast.executor import notebook_runner
+
+    return float(notebook_runner.INTERRUPT_GRACE_S)
+
+
+class RunWatchdog:
+    """Watches one run (module docstring)."""
+
+    def __init__(self, timeout_s: float | None, cancel: threading.Event | None) -> None:
+        self._deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+        self._cancel = cancel
+        self._lock = threading.Lock()
+        self._process: KernelProcess | None = None
+        self._sockets: SocketWatch | None = None
+        self._dropped_at: float | None = None
+        self._drops = 0
+        self._sockets_lock = threading.Lock()
+        self._finished = threading.Event()
+        self.reason: str | None = None
+        """``timeout``, ``cancel`` or ``output`` once fired."""
+        self.detail: str | None = None
+        """Why, for ``output``."""
+        self.cell_index: int | None = None
+        """The cell that sent too much, when known."""
+        self._thread = threading.Thread(target=self._watch, name="nbcast-watchdog", daemon=True)
+        self._thread.start()
+
+    def attach(self, process: KernelProcess | None) -> None:
+        """Watch ``process``; kill it at once if the watchdog already fired."""
+        with self._lock:
+            self._process = process
+            fired = self.reason is not None
+        if fired and process is not None:
+            process.kill()
+
+    def watch_sockets(self, sockets: SocketWatch) -> None:
+        """Also watch a client's sockets for drops (module docstring)."""
+        with self._lock:
+            self._sockets = sockets
+            self._dropped_at = None
+
+    def settle_sockets(self) -> None:
+        """Before the client closes its sockets: a drop already seen while the kernel
+        still lives counts now, without waiting for its grace."""
+        self._check_sockets(final=True)
+
+    def fire(self, reason: str, detail: str | None = None, cell_index: int | None = None) -> None:
+        """Stop the run for ``reason`` now: kill the kernel (first reason wins)."""
+        with self._lock:
+            if self.reason is None:
+                self.reason, self.detail, self.cell_index = reason, detail, cell_index
+            process = self._process
+        if process is not None:
+            process.kill()
+
+    def finish(self) -> KernelProcess | None:
+        """Stop watching; return the attached kernel process."""
+        self._finished.set()
+        self._thread.join()
+        self._check_sockets(final=True)
+        with self._lock:
+            return self._process
+
+    def _due(self) -> str | None:
+        if self._cancel is not None and self._cancel.is_set():
+            return "cancel"
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return "timeout"
+        return None
+
+    def _check_sockets(self, *, final: bool) -> None:
+        with self._lock:
+            sockets, process = self._sockets, self._process
+        if sockets is None or self.reason is not None:
+            return
+        with self._sockets_lock:
+            drops = sockets.dropped()
+            if drops:
+                self._drops += drops
+                self._dropped_at = self._dropped_at or time.monotonic()
+            if self._dropped_at is None:
+                return
+            if process is not None and not process.is_alive():
+                self._dropped_at = None  # the kernel ended, and its sockets with it
+                return
+            waited = time.monotonic() - self._dropped_at
+            if not final and self._drops < 2 and waited < DROP_GRACE_S:
+                return
+        self.fire("output", "the kernel sent a message larger than the run's output limit")
+
+    def _watch(self) -> None:
+        while (reason := self._due()) is None:
+            if self._finished.wait(_WATCH_INTERVAL_S) or self.reason is not None:
+                return
+            self._check_sockets(final=False)
+        with self._lock:
+            if self._finished.is_set() or self.reason is not None:
+                return
+            self.reason = reason
+            process = self._process
+        if process is not None:
+            process.interrupt()
+        if self._finished.wait(_interrupt_grace()):
+            return
+        with self._lock:
+            process = self._process
+        if process is not None:
+            process.kill()
