@@ -18,6 +18,7 @@
     │   ├── NotebookExecutionError   a cell raised (cell index, ename, evalue, traceback)
     │   ├── RunTimeoutError          the run exceeded its time limit
     │   ├── RunCancelledError        the run was cancelled while it executed
+    │   ├── OutputTooLargeError      the run printed more than its output limits allow
     │   └── LeaseLostError           this attempt no longer holds the run (fencing)
     ├── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
     └── DeliveryError                a report could not be rendered or delivered
@@ -53,6 +54,7 @@ __all__ = [
     "NotebookError",
     "NotebookExecutionError",
     "OutcomeUnknownError",
+    "OutputTooLargeError",
     "ParameterValueError",
     "ParametersCellError",
     "PermanentChannelError",
@@ -176,6 +178,19 @@ class RunTimeoutError(ExecutionError):
 
 class RunCancelledError(ExecutionError):
     """The run was cancelled while it executed."""
+
+
+class OutputTooLargeError(ExecutionError):
+    """A run sent more output than its limits allow; ``cell_index`` is papermill's
+    index of the cell, when known. Not retried: the same report would do it again."""
+
+    def __init__(self, message: str, cell_index: int | None = None) -> None:
+        super().__init__(message, cell_index)
+        self.message = message
+        self.cell_index = cell_index
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class LeaseLostError(ExecutionError):

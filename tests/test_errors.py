@@ -29,6 +29,7 @@ SAMPLES: dict[str, errors.NbcastError] = {
     ),
     "RunTimeoutError": errors.RunTimeoutError("over 600 s"),
     "RunCancelledError": errors.RunCancelledError("cancelled by ana"),
+    "OutputTooLargeError": errors.OutputTooLargeError("cell 3 printed 9 MiB", 3),
     "LeaseLostError": errors.LeaseLostError("run 7 attempt 2"),
     "QueryLimitExceeded": errors.QueryLimitExceeded("rows", 1000, "1,001 rows > 1,000"),
     "DeliveryError": errors.DeliveryError("delivery 4 failed"),

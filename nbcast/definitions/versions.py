@@ -190,15 +190,17 @@ def publish(
     name: str | None = None,
     message: str = "",
     now: datetime | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> PublishResult:
     """Publish a notebook — a file's path, or one already prepared (a request's body) —
-    as a new version (module docstring), after :func:`check_here`.
+    as a new version (module docstring), after :func:`check_here` (against ``environ``,
+    default the process environment).
 
     ``now`` is the publish instant (default: the real clock); it starts a new
     definition's schedule, so tests and simulations pass their clock's time.
     """
     prepared = notebook if isinstance(notebook, PreparedVersion) else prepare(notebook, name)
-    warnings = check_here(prepared)
+    warnings = check_here(prepared, environ)
     now = now or datetime.now(UTC)
     if not storable_text(message) or len(message) > MAX_DESCRIPTION_CHARS:
         raise MetadataError(

@@ -72,9 +72,13 @@ from pathlib import Path
 from typing import Any
 
 from nbcast.artifacts import open_store
-from nbcast.errors import NotebookExecutionError, RunCancelledError, RunTimeoutError
+from nbcast.errors import (
+    NotebookExecutionError,
+    OutputTooLargeError,
+    RunCancelledError,
+    RunTimeoutError,
+)
 from nbcast.executor.models import RunReason, RunState
-from nbcast.executor.output_limits import OutputTooLargeError
 from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
 from nbcast.executor.storable import (
     KERNEL_SETUP,

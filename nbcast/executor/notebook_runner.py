@@ -85,6 +85,7 @@ from papermill.utils import merge_kwargs, remove_args
 from nbcast.errors import (
     ExecutionError,
     NotebookExecutionError,
+    OutputTooLargeError,
     RunCancelledError,
     RunTimeoutError,
 )
@@ -100,7 +101,6 @@ from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.output_limits import (
     OutputBudget,
     OutputLimits,
-    OutputTooLargeError,
     SocketWatch,
 )
 from nbcast.executor.storable import without_surrogates

@@ -39,8 +39,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbcast.errors import ExecutionError
-
 __all__ = [
     "DEFAULT_CELL_BYTES",
     "DEFAULT_RUN_BYTES",
@@ -48,7 +46,6 @@ __all__ = [
     "MIN_LIMIT_BYTES",
     "OutputBudget",
     "OutputLimits",
-    "OutputTooLargeError",
     "SocketWatch",
     "message_bytes",
 ]
@@ -67,15 +64,6 @@ MAX_LIMIT_BYTES = 1024 * 1024 * 1024
 
 _ENVELOPE_BYTES = 1024 * 1024
 _UNCOUNTED = frozenset({"status", "execute_input", "clear_output", "shutdown_reply"})
-
-
-class OutputTooLargeError(ExecutionError):
-    """A run sent more output than its limits allow (module docstring); ``cell_index``
-    is papermill's index of the cell, when known."""
-
-    def __init__(self, message: str, cell_index: int | None = None) -> None:
-        super().__init__(message)
-        self.cell_index = cell_index
 
 
 @dataclass(frozen=True, kw_only=True)

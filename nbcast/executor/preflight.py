@@ -61,8 +61,12 @@ def permanent_reason(exc: BaseException) -> RunReason | None:
     """The permanent-failure reason of ``exc``, or None when a retry might succeed."""
     from jupyter_client.kernelspec import NoSuchKernel
 
-    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
-    from nbcast.executor.output_limits import OutputTooLargeError
+    from nbcast.errors import (
+        NotebookError,
+        OutputTooLargeError,
+        ParametersCellError,
+        ParameterValueError,
+    )
 
     if isinstance(exc, PermanentFailure):
         return exc.reason

@@ -62,6 +62,11 @@ def executed_notebook(rows: int = 3, marker: str = "hello") -> bytes:
     return nbformat.writes(nb).encode()
 
 
+LOOPBACK = {"NBCAST_WEBHOOK_ALLOW_HTTP": "1", "NBCAST_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
+"""The webhook policy a test of receivers on 127.0.0.1 publishes under, as a user's
+test of their own deployment would configure it."""
+
+
 @dataclass
 class Plane:
     """Everything a delivery test needs, on one database."""
@@ -93,7 +98,7 @@ class Plane:
         path = make_notebook(self.folder / "defs" / tenant / f"{name}.ipynb", nbcast=block)
         with self.db.session() as session:
             ensure_tenant(session, tenant)
-        publish(self.db, path, tenant=tenant, author="t", now=self.clock.now())
+        publish(self.db, path, tenant=tenant, author="t", now=self.clock.now(), environ=LOOPBACK)
 
     def succeed(
         self,

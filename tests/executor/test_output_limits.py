@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nbcast.errors import RunTimeoutError
+from nbcast.errors import OutputTooLargeError, RunTimeoutError
 from nbcast.executor.attempt import AttemptJob, execute_attempt
 from nbcast.executor.kernels import KernelPool
 from nbcast.executor.notebook_runner import execute_notebook
@@ -23,7 +23,6 @@ from nbcast.executor.output_limits import (
     MAX_LIMIT_BYTES,
     OutputBudget,
     OutputLimits,
-    OutputTooLargeError,
     message_bytes,
 )
 from tests.notebooks import make_notebook
