@@ -170,6 +170,14 @@ def _seconds(value: float | None) -> str:
     return f"{value:.2f}s" if value is not None else ""
 
 
+def _period(context: dict[str, Any] | None) -> str:
+    """The interval a run covers, in its schedule's zone: ``[start, end) Zone``."""
+    if not context or "interval_start" not in context:
+        return ""
+    zone = context.get("timezone", "")
+    return f"[{context['interval_start']}, {context.get('interval_end', '')}) {zone}".rstrip()
+
+
 def _show(run: RunDetail) -> None:
     """``runs show`` for people: the run's facts, then a table per kind of row."""
     state = f"{run.state} ({run.reason})" if run.reason else run.state
@@ -179,6 +187,7 @@ def _show(run: RunDetail) -> None:
         ("kind", run.kind),
         ("slot", run.slot_key or "-"),
         ("fire at", when(run.fire_at)),
+        ("period", _period(run.context)),
         ("created", when(run.created_at)),
         ("started", when(run.started_at)),
         ("finished", when(run.finished_at)),

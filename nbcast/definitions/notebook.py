@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 _VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "papermill")
-_VOLATILE_NOTEBOOK_METADATA = ("widgets", "papermill", "language_info")
+_VOLATILE_NOTEBOOK_METADATA = ("widgets", "papermill", "language_info", "nbcast_run")
 RUN_RECORD_KEYS = ("ended_early",)
 """Keys an execution adds to the ``nbcast`` block of an *executed* notebook: a
 published copy of one is a definition again, so they are dropped, not refused."""

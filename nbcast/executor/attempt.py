@@ -123,6 +123,9 @@ class AttemptJob:
     artifacts: str
     warehouse: dict[str, Any] | None = None
     lake: str | None = None
+    run: dict[str, Any] | None = None
+    """The run context the notebook reads with ``nbcast.context()``
+    (:meth:`nbcast.executor.leases.Lease.run_context`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,13 +154,27 @@ def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
         lake = job.lake or os.environ.get("NBCAST_LAKE") or "lake"
         connections = {"default": {"kind": "parquet", "path": str(Path(lake).resolve())}}
     limits = {**DEFAULT_LIMITS, **configured.get("limits", {})}
-    return {
+    context: dict[str, Any] = {
         "run_id": job.run_id,
         "tenant": job.tenant,
         "connections": connections,
         "limits": limits,
         "usage_path": str(run_dir / "warehouse-usage.jsonl"),
     }
+    if job.run is not None:
+        context["run"] = job.run
+    return context
+
+
+def _record_run(output: Path, run: dict[str, Any]) -> None:
+    """The executed notebook records which run it is (``metadata.nbcast_run``): its
+    context as the notebook saw it."""
+    try:
+        notebook = json.loads(output.read_text(encoding="utf-8"))
+        notebook.setdefault("metadata", {})["nbcast_run"] = run
+        output.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    except (OSError, ValueError, AttributeError):  # an unreadable notebook is stored as is
+        pass
 
 
 def _setup_code(run_dir: Path, context_path: Path) -> str:
@@ -225,6 +242,8 @@ def execute_attempt(
         if env_before is None:
             os.environ.pop("NBCAST_RUN_CONTEXT", None)
     try:
+        if output.exists() and job.run is not None:
+            _record_run(output, job.run)
         sha = open_store(job.artifacts).put_file(output).sha256 if output.exists() else None
         usage = read_usage_file(Path(context["usage_path"]))
     finally:

@@ -36,14 +36,15 @@ attempt; the attempt then ends CANCELLED through :meth:`Leases.fail`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from nbcast.clock import Clock
+from nbcast.clock import Clock, format_instant
 from nbcast.db import Database, insert_ignore
 from nbcast.errors import LeaseLostError
 from nbcast.executor import bounds
@@ -75,7 +76,7 @@ _START_MANY = sa.text(
     "FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:owners AS text[])) "
     "AS f(id, attempt, owner), (SELECT set_config('synchronous_commit', 'off', true)) AS s "
     "WHERE r.id = f.id AND r.attempt = f.attempt AND r.lease_owner = f.owner "
-    f"AND r.state IN ({_LEASED}) RETURNING r.id, r.attempt"
+    f"AND r.state IN ({_LEASED}) RETURNING r.id, r.attempt, r.context"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
 # Many fenced successes at once: the runs, then the attempts of the runs that matched,
 # and the outbox rows that hand each succeeded run to the delivery plane.
@@ -121,6 +122,9 @@ class Lease:
     notebook_json: str
     quota: Quota
     warehouse: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    """The run's frozen context (:mod:`nbcast.scheduler.period`), read when the lease
+    starts (:meth:`Leases.start_many`); None for a run made before runs had one."""
 
     @property
     def label(self) -> str:
@@ -143,7 +147,31 @@ class Lease:
             artifacts=artifacts,
             warehouse=self.warehouse,
             lake=lake,
+            run=self.run_context(),
         )
+
+    def run_context(self) -> dict[str, Any]:
+        """What ``nbcast.context()`` returns inside the kernel (JSON): the run's stored
+        context with who and which attempt it is. A run made before runs had a context
+        gets the empty interval at its fire time."""
+        fire = format_instant(self.fire_at)
+        stored = self.context or {
+            "kind": self.kind,
+            "slot_key": self.slot_key,
+            "timezone": "UTC",
+            "nominal": self.fire_at.isoformat(),
+            "fire_at": fire,
+            "interval_start": self.fire_at.isoformat(),
+            "interval_end": self.fire_at.isoformat(),
+        }
+        return {
+            **stored,
+            "tenant": self.tenant,
+            "definition": self.definition,
+            "version": self.version,
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+        }
 
     def resources(self) -> Resources:
         """What the attempt may use, from its tenant's quota."""
@@ -242,10 +270,13 @@ class Leases:
         """How long a heartbeat extends a lease."""
         self.backoff = backoff
 
-    def start(self, lease: Lease) -> None:
-        """LEASED → RUNNING for this attempt; LeaseLostError if it is no longer held."""
-        if not self.start_many([lease]):
+    def start(self, lease: Lease) -> Lease:
+        """LEASED → RUNNING for this attempt, returned with its run's context;
+        LeaseLostError if it is no longer held."""
+        started = self.start_many([lease])
+        if not started:
             raise lease_lost(lease)
+        return started[0]
 
     def start_many(self, leases: Sequence[Lease]) -> list[Lease]:
         """LEASED → RUNNING for several attempts in one transaction; return the ones
@@ -256,7 +287,7 @@ class Leases:
         with self.db.engine.begin() as conn:
             if self.db.dialect == "postgresql":
                 held = {
-                    (r[0], r[1])
+                    (r[0], r[1]): r[2]
                     for r in conn.execute(
                         _START_MANY,
                         {
@@ -267,16 +298,22 @@ class Leases:
                         },
                     )
                 }
-                return [lease for lease in leases if (lease.run_id, lease.attempt) in held]
+                return [
+                    replace(lease, context=_json(held[(lease.run_id, lease.attempt)]))
+                    for lease in leases
+                    if (lease.run_id, lease.attempt) in held
+                ]
             kept = []
             for lease in leases:
                 result = conn.execute(
                     sa.update(RUNS)
                     .where(_fenced(lease))
                     .values(state=RunState.RUNNING, started_at=now)
+                    .returning(RUNS.c.context)
                 )
-                if rowcount(result) == 1:
-                    kept.append(lease)
+                row = result.first()
+                if row is not None:
+                    kept.append(replace(lease, context=_json(row[0])))
             return kept
 
     def heartbeat(self, lease: Lease) -> bool:
@@ -533,3 +570,11 @@ class Reaper:
                 .values(state=RunState.CANCELLED, reason=RunReason.cancelled, finished_at=now)
             )
             return rowcount(result)
+
+
+def _json(value: Any) -> dict[str, Any] | None:
+    """A JSON column's value as read through a text statement (a dict, or its text)."""
+    if value is None or isinstance(value, dict):
+        return value
+    loaded = json.loads(value)
+    return loaded if isinstance(loaded, dict) else None

@@ -146,6 +146,7 @@ def _record(run: Run, definition: str) -> RunRecord:
         artifact_sha256=run.artifact_sha256,
         started_at=run.started_at,
         finished_at=run.finished_at,
+        context=run.context,
     )
 
 
@@ -239,6 +240,7 @@ def get_run(
         error=error,
         cancel_requested_at=cancel.requested_at if cancel else None,
         cancel_requested_by=cancel.requested_by if cancel else None,
+        context=run.context,
         attempts=attempts,
         renditions=renditions_of_run(session, caller, run.id),
         deliveries=deliveries_of_run(session, caller, run.id),

@@ -112,9 +112,9 @@ class RunQueue:
 
     # -- what claimed attempts do: the leases' business ---------------------------
 
-    def start(self, lease: Lease) -> None:
+    def start(self, lease: Lease) -> Lease:
         """:meth:`Leases.start <nbcast.executor.leases.Leases.start>`."""
-        self.leases.start(lease)
+        return self.leases.start(lease)
 
     def start_many(self, leases: Sequence[Lease]) -> list[Lease]:
         """:meth:`Leases.start_many <nbcast.executor.leases.Leases.start_many>`."""

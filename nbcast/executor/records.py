@@ -45,6 +45,9 @@ class RunRecord:
     """The executed notebook, once the run has ended with one."""
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    context: dict[str, Any] | None = None
+    """The period it covers (:mod:`nbcast.scheduler.period`); None for a run made
+    before runs had one."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (the keys of ``runs list --json``)."""
@@ -63,6 +66,7 @@ class RunRecord:
             "artifact_sha256": self.artifact_sha256,
             "started_at": _instant(self.started_at),
             "finished_at": _instant(self.finished_at),
+            "context": self.context,
         }
 
 
@@ -128,6 +132,8 @@ class RunDetail:
     """Why it failed (or why its last attempt did), as far as it is known."""
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
+    context: dict[str, Any] | None = None
+    """The period it covers (:mod:`nbcast.scheduler.period`)."""
     attempts: list[AttemptRecord]
     renditions: list[RenditionRecord]
     """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
@@ -156,6 +162,7 @@ class RunDetail:
             "finished_at": _instant(self.finished_at),
             "not_before": format_instant(self.not_before),
             "parameters": self.parameters,
+            "context": self.context,
             "attempt": self.attempt,
             "notebook_sha256": self.notebook_sha256,
             "error": self.error.to_json() if self.error is not None else None,

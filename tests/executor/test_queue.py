@@ -126,7 +126,8 @@ def test_batched_start_and_success_fence_each_attempt(db: Database, tmp_path: Pa
     [stolen] = thief.claim(1)
     assert (stolen.run_id, stolen.attempt) == (leases[0].run_id, 2)
     started = queue.start_many(leases)
-    assert started == leases[1:]
+    assert [(s.run_id, s.attempt) for s in started] == [(s.run_id, s.attempt) for s in leases[1:]]
+    assert all(s.context is not None and s.context["kind"] == s.kind for s in started)
     thief.start(stolen)
     refused = queue.succeed_many(
         [Success(lease=lease, artifact_sha256="c" * 64, duration_s=0.5) for lease in leases]

@@ -272,7 +272,12 @@ def test_a_manual_run_is_listed_with_its_keys(db: Database, tmp_path: Path) -> N
         "artifact_sha256",
         "started_at",
         "finished_at",
+        "context",
     }
+    context = record.to_json()["context"]
+    assert context["kind"] == "manual"
+    assert context["nominal"] == T0.isoformat()  # no schedule: UTC, the instant asked for
+    assert context["interval_start"] == context["interval_end"] == T0.isoformat()
     assert record.to_json()["fire_at"] == "2026-06-01T09:00:00Z"
 
 
