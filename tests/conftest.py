@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -25,6 +27,17 @@ PG_ADMIN_URL = os.environ.get(
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def example_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example lake (``make lake``), generated into a temporary folder if missing."""
+    folder = REPO / "notebooks" / "examples" / "lake"
+    if not (folder / "orders.parquet").is_file():
+        folder = tmp_path_factory.mktemp("lake")
+        generator = REPO / "notebooks" / "examples" / "lake" / "generate.py"
+        subprocess.run([sys.executable, str(generator), "--out", str(folder), "-q"], check=True)
+    return folder
 
 
 def service_missing(what: str, why: str) -> NoReturn:

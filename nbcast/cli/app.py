@@ -98,6 +98,41 @@ INSTANT = InstantType()
 """The parameter type of instants: ``--from 2026-03-08T07:00:00Z``."""
 
 
+class DayOrInstantType(InstantType):
+    """An instant, or a bare ISO date (``2026-10-05``): the start of that day in the
+    zone of the schedule the command works on (:func:`nbcast.scheduler.zones.range_bound`)."""
+
+    name = "DATE|INSTANT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """A :class:`datetime.date` for ``YYYY-MM-DD``, else an instant."""
+        import re
+        from datetime import date
+
+        if isinstance(value, date):
+            return value
+        text = str(value).strip()
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            try:
+                day = date.fromisoformat(text)
+            except ValueError:
+                self.fail(f"{text} is not a calendar date", param, ctx)
+            from nbcast.limits import WALL_TIME_MAX, WALL_TIME_MIN
+
+            if not WALL_TIME_MIN.date() < day < WALL_TIME_MAX.date():
+                self.fail(
+                    f"{text} is outside {WALL_TIME_MIN:%Y-%m-%d} .. {WALL_TIME_MAX:%Y-%m-%d}",
+                    param,
+                    ctx,
+                )
+            return day
+        return super().convert(text, param, ctx)
+
+
+DAY_OR_INSTANT = DayOrInstantType()
+"""Range ends of backfills and previews: ``--from 2026-10-05`` or an instant."""
+
+
 def configure_logging() -> None:
     """Services log to stderr: time, level, logger, message."""
     import logging

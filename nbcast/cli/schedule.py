@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import click
 
-from nbcast.cli.app import INSTANT, AppContext
+from nbcast.cli.app import DAY_OR_INSTANT, INSTANT, AppContext
 from nbcast.cli.output import console, emit_json
 
 __all__: list[str] = []
@@ -28,8 +28,20 @@ def schedule() -> None:
     help="Anchor instant of an --every schedule (default: the Unix epoch).",
 )
 @click.option("--tz", "zone", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--from", "range_from", type=INSTANT, required=True, help="Range start (incl.).")
-@click.option("--to", "range_to", type=INSTANT, required=True, help="Range end (excl.).")
+@click.option(
+    "--from",
+    "range_from",
+    type=DAY_OR_INSTANT,
+    required=True,
+    help="Range start (incl.; a date: its start in the schedule's zone).",
+)
+@click.option(
+    "--to",
+    "range_to",
+    type=DAY_OR_INSTANT,
+    required=True,
+    help="Range end (excl.; a date: its start in the schedule's zone).",
+)
 @click.option(
     "--dst-gap",
     type=click.Choice(["auto", "shift", "skip"]),
@@ -59,8 +71,8 @@ def schedule_preview(
     every: str | None,
     start: datetime | None,
     zone: str,
-    range_from: datetime,
-    range_to: datetime,
+    range_from: datetime | date,
+    range_to: datetime | date,
     dst_gap: str,
     dst_fold: str,
     as_json: bool,

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
 import click
 
-from nbcast.cli.app import INSTANT, AppContext, Seconds, configure_logging, pass_app, supervise
+from nbcast.cli.app import (
+    DAY_OR_INSTANT,
+    INSTANT,
+    AppContext,
+    Seconds,
+    configure_logging,
+    pass_app,
+    supervise,
+)
 from nbcast.cli.output import emit_json
 
 __all__: list[str] = []
@@ -102,10 +110,24 @@ def resume(app: AppContext, name: str) -> None:
 
 @click.command()
 @click.argument("name")
-@click.option("--from", "range_from", type=INSTANT, required=True, help="Range start (incl.).")
-@click.option("--to", "range_to", type=INSTANT, required=True, help="Range end (excl.).")
+@click.option(
+    "--from",
+    "range_from",
+    type=DAY_OR_INSTANT,
+    required=True,
+    help="Range start (incl.; a date: its start in the schedule's zone).",
+)
+@click.option(
+    "--to",
+    "range_to",
+    type=DAY_OR_INSTANT,
+    required=True,
+    help="Range end (excl.; a date: its start in the schedule's zone).",
+)
 @pass_app
-def backfill(app: AppContext, name: str, range_from: datetime, range_to: datetime) -> None:
+def backfill(
+    app: AppContext, name: str, range_from: datetime | date, range_to: datetime | date
+) -> None:
     """Materialize NAME's slots in [--from, --to) as backfill runs."""
     from nbcast.scheduler.control import backfill as do_backfill
 

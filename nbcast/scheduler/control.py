@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from itertools import islice
 from typing import Any
 
@@ -45,6 +45,7 @@ from nbcast.scheduler.slots import (
     slot_rows,
     usable,
 )
+from nbcast.scheduler.zones import range_bound
 
 __all__ = ["backfill", "pause", "resume", "run_now"]
 
@@ -145,21 +146,23 @@ class BackfillResult:
 
 
 def backfill(
-    db: Database, clock: Clock, tenant: str, name: str, start: datetime, end: datetime, *, by: str
+    db: Database,
+    clock: Clock,
+    tenant: str,
+    name: str,
+    start: datetime | date,
+    end: datetime | date,
+    *,
+    by: str,
 ) -> BackfillResult:
-    """Materialize ``[start, end)`` of ``name``'s schedule as backfill runs."""
-    if start >= end:
-        raise ScheduleError("backfill: --from must be before --to")
+    """Materialize ``[start, end)`` of ``name``'s schedule as backfill runs. A bare
+    date is the start of that day in the schedule's zone
+    (:func:`~nbcast.scheduler.zones.range_bound`)."""
     materializer = Materializer(db, clock, name=by)
     now = clock.now()
     with db.session() as session:
         definition = _definition(session, tenant, name)
         state = _state(db, session, materializer, definition)
-        if end > state.watermark + EPSILON:
-            raise ScheduleError(
-                f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
-                f"{state.watermark.isoformat()}; later slots are the scheduler's"
-            )
         plan = usable(
             materializer.plans.load(session, [(definition.id, state.schedule_version)]).get(
                 (definition.id, state.schedule_version)
@@ -167,6 +170,14 @@ def backfill(
         )
         if plan.compiled is None:
             raise ScheduleError(f"{name!r} has no schedule to backfill")
+        start, end = range_bound(start, plan.zone), range_bound(end, plan.zone)
+        if start >= end:
+            raise ScheduleError("backfill: --from must be before --to")
+        if end > state.watermark + EPSILON:
+            raise ScheduleError(
+                f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
+                f"{state.watermark.isoformat()}; later slots are the scheduler's"
+            )
         slots = list(islice(plan.compiled.slots(start, end), MAX_BACKFILL_SLOTS + 1))
         if len(slots) > MAX_BACKFILL_SLOTS:
             raise ScheduleError(

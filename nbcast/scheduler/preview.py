@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
@@ -38,6 +38,7 @@ from nbcast.durations import parse_duration
 from nbcast.errors import ScheduleError
 from nbcast.limits import MAX_SCHEDULE_DURATION
 from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone
+from nbcast.scheduler.zones import range_bound
 
 __all__ = [
     "MAX_PREVIEW_SLOTS",
@@ -64,6 +65,17 @@ def slot_row(slot: Slot) -> PreviewRow:
         "status": slot.status.value,
         "reason": slot.reason,
     }
+
+
+def _bound(value: datetime | date, zone: str, name: str) -> datetime:
+    """A range end: an instant, or a bare date as the start of that day in ``zone``
+    (:func:`~nbcast.scheduler.zones.range_bound`)."""
+    if isinstance(value, date) and not isinstance(value, datetime):
+        problem = zone_problem(zone)
+        if problem:
+            raise ScheduleError(f"timezone: {problem}")
+        return range_bound(value, load_zone(zone))
+    return _instant(value, name)
 
 
 def _instant(value: datetime, name: str) -> datetime:
@@ -114,8 +126,8 @@ def _build_spec(
 def preview(
     spec: ScheduleSpec | None = None,
     *,
-    range_from: datetime,
-    range_to: datetime,
+    range_from: datetime | date,
+    range_to: datetime | date,
     cron: str | None = None,
     every: str | timedelta | None = None,
     start: datetime | None = None,
@@ -131,14 +143,14 @@ def preview(
     Raises :class:`~nbcast.errors.ScheduleError` (one line) for an unparseable cron or
     duration, an unknown zone, ``range_from >= range_to``, or more than ``limit`` slots.
     """
-    low = _instant(range_from, "from")
-    high = _instant(range_to, "to")
-    if low >= high:
-        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
     if spec is None:
         spec = _build_spec(cron, every, tz, dst_gap, dst_fold)
     elif cron is not None or every is not None:
         raise ScheduleError("preview takes a spec or cron/every, not both")
+    low = _bound(range_from, spec.timezone, "from")
+    high = _bound(range_to, spec.timezone, "to")
+    if low >= high:
+        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
     anchor = None
     if start is not None:
         if spec.every is None:
@@ -159,8 +171,8 @@ def preview_definition(
     block: dict[str, Any],
     schema: Any,
     *,
-    range_from: datetime,
-    range_to: datetime,
+    range_from: datetime | date,
+    range_to: datetime | date,
     limit: int = MAX_PREVIEW_SLOTS,
 ) -> list[dict[str, Any]]:
     """A published definition's slots in ``[range_from, range_to)`` — its real
@@ -175,13 +187,13 @@ def preview_definition(
     from nbcast.definitions.spec import parse_spec
     from nbcast.scheduler.period import interval_schedule, slot_periods
 
-    low = _instant(range_from, "from")
-    high = _instant(range_to, "to")
-    if low >= high:
-        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
     spec = parse_spec(block, schema_from_json(schema))
     if spec.schedule is None:
         raise ScheduleError("the definition has no schedule to preview (it runs on request)")
+    low = _bound(range_from, spec.schedule.timezone, "from")
+    high = _bound(range_to, spec.schedule.timezone, "to")
+    if low >= high:
+        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
     schedule = compile_schedule(spec.schedule)
     slots = list(islice(schedule.slots(low, high), limit + 1))
     if len(slots) > limit:

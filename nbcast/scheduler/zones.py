@@ -11,12 +11,20 @@ Everything here is in whole UTC seconds since the Unix epoch.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-__all__ = ["DAY", "Neighbourhood", "Transition", "offset_at", "transitions"]
+__all__ = [
+    "DAY",
+    "Neighbourhood",
+    "Transition",
+    "day_start",
+    "offset_at",
+    "range_bound",
+    "transitions",
+]
 
 DAY = 86_400
 _SECOND = timedelta(seconds=1)
@@ -34,6 +42,22 @@ def offset_at(zone: ZoneInfo, seconds: int) -> int:
     """The zone's UTC offset, in seconds, at the UTC second ``seconds``."""
     off = datetime.fromtimestamp(seconds, zone).utcoffset()
     return 0 if off is None else off // _SECOND
+
+
+def day_start(day: date, zone: ZoneInfo) -> datetime:
+    """The instant (UTC) a calendar day starts in ``zone``: its local midnight, or —
+    where a DST gap swallows midnight (Santiago, Havana) — the instant after the gap,
+    and where midnight repeats, its first pass."""
+    return datetime.combine(day, time(), tzinfo=zone).astimezone(UTC)  # fold=0
+
+
+def range_bound(value: date | datetime, zone: ZoneInfo) -> datetime:
+    """A range's end as a command takes it: an instant as is (UTC), a bare date as the
+    start of that day in ``zone`` (:func:`day_start`) — so ``--from 2026-10-05 --to
+    2026-10-10`` means Monday to Friday in the schedule's own zone."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return day_start(value, zone)
 
 
 _BUCKET = 32 * DAY  # transitions are found and cached 32 UTC days at a time

@@ -351,26 +351,13 @@ def test_the_checker_finds_a_run_that_starts_inside_and_ends_outside() -> None:
 # -- the example reports ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example lake (``make lake``), generated into a temporary folder if missing."""
-    folder = EXAMPLES / "lake"
-    if not (folder / "orders.parquet").is_file():
-        folder = tmp_path_factory.mktemp("lake")
-        subprocess.run(
-            [sys.executable, str(EXAMPLES / "lake" / "generate.py"), "--out", str(folder), "-q"],
-            check=True,
-        )
-    return folder
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.ipynb")), ids=lambda path: path.stem)
 def test_every_table_of_every_example_report_is_on_its_page(
-    example: Path, lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    example: Path, example_lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever notebooks/examples holds when the test runs, executed with its defaults."""
-    monkeypatch.setenv("NBCAST_LAKE", str(lake))
+    monkeypatch.setenv("NBCAST_LAKE", str(example_lake))
     target = tmp_path / f"{example.stem}.out.ipynb"
     papermill.execute_notebook(
         str(example), str(target), kernel_name="python3", progress_bar=False, cwd=str(tmp_path)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from rich.console import Console
@@ -13,6 +14,7 @@ import nbcast.scheduler.preview as preview_module
 from nbcast.definitions.spec import DstGap, ScheduleSpec
 from nbcast.errors import ScheduleError
 from nbcast.scheduler.preview import MAX_PREVIEW_SLOTS, preview, render_table
+from nbcast.scheduler.zones import day_start, range_bound
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, *rest: int) -> datetime:
@@ -25,6 +27,7 @@ def test_public_api() -> None:
         "MAX_PREVIEW_SLOTS",
         "PreviewRow",
         "preview",
+        "preview_definition",
         "render_table",
         "slot_row",
     ]
@@ -265,3 +268,35 @@ def test_render_table() -> None:
         "skipped",
         "dst_gap",
     ]
+
+
+def test_a_bare_date_is_the_start_of_that_day_in_the_schedules_zone() -> None:
+    rows = preview(
+        cron="0 0 * * *",
+        tz="America/Santiago",
+        range_from=date(2026, 9, 5),  # midnight, the last before the spring-forward
+        range_to=date(2026, 9, 7),  # 6 September starts at 01:00: midnight is in the gap
+    )
+    assert [r["fire_at"] for r in rows] == ["2026-09-05T04:00:00Z", "2026-09-06T04:00:00Z"]
+    assert [r["local"] for r in rows] == [
+        "2026-09-05T00:00:00-04:00",
+        "2026-09-06T01:00:00-03:00",  # the gap slot shifted to where the day starts
+    ]
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "start"),
+    [
+        ("Europe/Berlin", date(2026, 10, 5), "2026-10-04T22:00:00+00:00"),
+        ("America/Santiago", date(2026, 9, 6), "2026-09-06T04:00:00+00:00"),  # gap at 00:00
+        ("America/Havana", date(2026, 3, 8), "2026-03-08T05:00:00+00:00"),  # gap at 00:00
+        ("Australia/Lord_Howe", date(2026, 4, 5), "2026-04-04T13:00:00+00:00"),
+        ("UTC", date(2026, 1, 1), "2026-01-01T00:00:00+00:00"),
+    ],
+)
+def test_day_start_is_the_first_instant_of_the_local_day(zone: str, day: date, start: str) -> None:
+    instant = day_start(day, ZoneInfo(zone))
+    assert instant.isoformat() == start
+    assert instant.astimezone(ZoneInfo(zone)).date() == day
+    assert (instant - timedelta(seconds=1)).astimezone(ZoneInfo(zone)).date() < day
+    assert range_bound(instant, ZoneInfo("Asia/Tokyo")) == instant  # instants stay instants

@@ -71,6 +71,9 @@ def test_pause_resume_backfill_and_manual_run(
         capsys, "backfill", "ny", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-07T00:00:00Z"
     )
     assert out == "ny: 6 slots in range, 6 new backfill rows, 0 already recorded\n"
+    # Bare dates are New York days: 1 March 00:00 EST, so the same six slots again.
+    _code, out, _ = run(capsys, "backfill", "ny", "--from", "2026-03-01", "--to", "2026-03-07")
+    assert out == "ny: 6 slots in range, 0 new backfill rows, 6 already recorded\n"
     _code, out, _ = run(capsys, "run", "ny", "-p", "top_n=3", "--json")
     assert json.loads(out)["kind"] == "manual"
     _, out, _ = run(capsys, "runs", "list", "--json")
@@ -100,6 +103,21 @@ def test_pause_resume_backfill_and_manual_run(
             ["backfill", "ny", "--from", "2026-03-05T00:00Z", "--to", "2026-03-01T00:00Z"],
             "--from must be before --to",
             id="backwards",
+        ),
+        pytest.param(
+            ["backfill", "ny", "--from", "2026-02-30", "--to", "2026-03-05"],
+            "2026-02-30 is not a calendar date",
+            id="no-such-day",
+        ),
+        pytest.param(
+            ["backfill", "ny", "--from", "2026-03-05", "--to", "2026-03-05"],
+            "--from must be before --to",
+            id="empty-days",
+        ),
+        pytest.param(
+            ["backfill", "ny", "--from", "0001-01-01", "--to", "2026-03-05"],
+            "is outside",
+            id="ancient-day",
         ),
         pytest.param(["pause", "nope"], "no definition named 'nope'", id="unknown"),
         pytest.param(
