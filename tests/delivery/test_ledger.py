@@ -28,6 +28,7 @@ from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
 from nbcast.errors import RenderError, TransientChannelError
+from nbcast.scheduler.control import backfill
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
 from nbcast.testing.smtp import smtp_server
@@ -197,6 +198,34 @@ def test_a_newer_slot_supersedes_an_older_one(plane: Plane) -> None:
     plane.pump(ledger, renders)
     by_run = {r["run_id"]: (r["state"], r["reason"]) for r in receipts(plane)}
     assert by_run == {newer: ("SENT", None), older: ("SUPPRESSED", "superseded")}
+
+
+def test_a_backfill_is_sent_though_newer_reports_went_out_and_it_is_late(
+    plane: Plane,
+) -> None:
+    """A backfill is asked for on purpose, for past periods: each run reports its own
+    period, so its rows are neither superseded nor stale, and supersede nothing."""
+    schedule = {
+        "cron": "0 7 * * *",
+        "timezone": "Europe/Berlin",
+        "staleness": {"after": "40m", "action": "suppress"},
+    }
+    plane.publish("sales", [{"channel": "link", "to": "cfo@example.com"}], schedule=schedule)
+    newer = plane.succeed("sales")  # today's report, sent first
+    ledger, renders = plane.ledger({"link": LinkChannel()}), plane.renders()
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.pump(ledger, renders)
+    Materializer(plane.db, plane.clock).sync()
+    result = backfill(plane.db, plane.clock, "default", "sales", T0 - timedelta(days=3), T0, by="t")
+    assert (result.slots, result.inserted) == (3, 3)
+    backfilled = plane.complete_due()
+    assert len(backfilled) == 3
+    with plane.db.session() as session:
+        consume_outbox(session, plane.clock.now())
+    plane.pump(ledger, renders)
+    by_run = {r["run_id"]: (r["state"], r["reason"]) for r in receipts(plane)}
+    assert by_run == {run: ("SENT", None) for run in [newer, *backfilled]}
 
 
 def test_stale_reports_get_a_banner_or_are_suppressed(plane: Plane) -> None:

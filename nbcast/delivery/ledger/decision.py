@@ -12,6 +12,11 @@ batch, :class:`Facts`):
   ``suppress``; with action ``banner`` the *late* renditions (which carry the banner)
   are sent instead — asked for first, if they do not exist yet (the row is then
   released, unsent, until they are rendered);
+
+  neither applies to a **backfill** run's rows, and they supersede nothing: a backfill
+  is asked for on purpose, for past periods, and every run reports its own period
+  (:mod:`nbcast.scheduler.period`), so its reports are late by design and replace no
+  other — ``nbcast backfill`` of last week sends last week's five reports;
 - FAILED ``render_failed`` when a rendition it needs failed;
 - SUPPRESSED ``no_results`` (``only_if: results``) when no marked table has a row;
 - SUPPRESSED ``unchanged`` (``only_if: changed``) when the **content digest** — of
@@ -57,6 +62,7 @@ from nbcast.delivery.models import (
 from nbcast.delivery.rendering import report_infos
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import ALL_REPORTS, normalized
+from nbcast.executor.models import Run, RunKind
 
 __all__ = [
     "DIGEST_CACHE_SIZE",
@@ -115,10 +121,12 @@ class Facts:
                     Delivery.recipient,
                     sa.func.max(Delivery.fire_at),
                 )
+                .join(Run, Run.id == Delivery.run_id)
                 .where(
                     Delivery.definition_id.in_(sorted({r.definition_id for r in claimed})),
                     Delivery.recipient.in_(recipients),
                     Delivery.state == DeliveryState.SENT.value,
+                    Run.kind != RunKind.backfill,
                 )
                 .group_by(Delivery.definition_id, Delivery.channel, Delivery.recipient)
             )
@@ -229,13 +237,15 @@ class Decider:
         scopes = (ALL_REPORTS, report.definition)
         if {(row.tenant_id, scope, row.channel, who) for scope in scopes} & facts.unsubscribed:
             return Verdict(DeliveryState.SUPPRESSED, DeliveryReason.unsubscribed)
+        backfill = row.run_kind == RunKind.backfill
         newest = facts.newest_sent.get((row.definition_id, row.channel, row.recipient))
-        if newest is not None and newest > row.fire_at:
+        if not backfill and newest is not None and newest > row.fire_at:
             return Verdict(DeliveryState.SUPPRESSED, DeliveryReason.superseded)
         variant = ""
         schedule = spec.schedule
         if (
-            schedule
+            not backfill
+            and schedule
             and schedule.staleness_after is not None
             and now - row.fire_at > schedule.staleness_after
         ):

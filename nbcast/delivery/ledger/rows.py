@@ -89,6 +89,9 @@ class ClaimedDelivery:
     outcome_unknown: bool
     version_id: int
     notebook_sha: str | None
+    run_kind: str = "scheduled"
+    """The run's kind: a ``backfill`` run is neither superseded nor stale
+    (:mod:`nbcast.delivery.ledger.decision`)."""
 
 
 def claim_due(
@@ -142,6 +145,7 @@ def claim_due(
                 Delivery.outcome_unknown,
                 Run.version_id,
                 Run.artifact_sha256.label("notebook_sha"),
+                Run.kind.label("run_kind"),
             )
             .join(Run, Run.id == Delivery.run_id)
             .where(Delivery.id.in_(ids))
