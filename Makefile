@@ -9,7 +9,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 # The demo's and the tests' Ray clusters live on loopback only: no token auth.
 export RAY_AUTH_MODE := disabled
 
-.PHONY: demo test lint typecheck install lake clean bench
+.PHONY: demo docs-images test lint typecheck install lake clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ lake: $(LAKE)
 
 demo: install lake
 	$(BIN)/python scripts/demo.py
+
+# The demo, also refreshing the README's page images in docs/images.
+docs-images: install lake
+	NBCAST_DEMO_DOCS=1 $(BIN)/python scripts/demo.py
 
 test: install lake
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks

@@ -60,11 +60,12 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "notebooks" / "examples"
 BIN = Path(sys.executable).parent
-PUBLISHED = datetime(2026, 10, 30, 12, 0, tzinfo=UTC)
+PUBLISHED = datetime(2026, 10, 30, 0, 0, tzinfo=UTC)
 TICKS_UNTIL = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 BASE_URL = "http://127.0.0.1:8888"
-# The only suppression the demo expects: data-quality mails with only_if: results, so a
-# day without findings is SUPPRESSED no_results. Anything else (stale, unsubscribed, …)
+# The only suppression the demo expects: data-quality mails with only_if: results, so
+# an interval without findings is SUPPRESSED no_results. (The backfilled daily-sales
+# reports are sent: a backfill's rows are never superseded or stale.) Anything else
 # or any FAILED delivery fails the demo.
 EXPECTED_SUPPRESSIONS = {"no_results"}
 
@@ -184,6 +185,125 @@ def copy_renditions(home: Path, target: Path) -> list[Path]:
     return copied
 
 
+def start_worker(env: dict[str, str], log: Path, *argv: str) -> subprocess.Popen[bytes]:
+    """``nbcast ARGV`` (a worker) in the background, its output in ``log``."""
+    handle = log.open("wb")
+    return subprocess.Popen(
+        [str(BIN / "nbcast"), *argv], env=env, stdout=handle, stderr=subprocess.STDOUT
+    )
+
+
+def last_line(log: Path, prefix: str) -> str:
+    """The last line of ``log`` that starts with ``prefix`` (a worker's summary)."""
+    lines = [
+        line
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+        if line.startswith(prefix)
+    ]
+    return lines[-1] if lines else "(no summary: see the log)"
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: the worker finishes what it runs, then exits."""
+    if worker.poll() is None:
+        worker.terminate()
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def _active_runs(home: Path) -> int:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"sqlite:///{(home / 'nbcast.db').as_posix()}")
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM runs WHERE state IN ('QUEUED','LEASED','RUNNING')"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+def wait_for_runs(home: Path, worker: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    """Until the worker has run everything queued (the demo fails if it stops)."""
+    deadline = time.monotonic() + timeout
+    while _active_runs(home):
+        if worker.poll() is not None:
+            raise SystemExit("demo failed: the worker stopped")
+        if time.monotonic() > deadline:
+            raise SystemExit("demo failed: runs still queued after 3 minutes")
+        time.sleep(0.2)
+
+
+def tick_and_run(env: dict[str, str], worker: subprocess.Popen[bytes], home: Path) -> int:
+    """``nbcast scheduler tick`` hourly from PUBLISHED to TICKS_UNTIL — in this process,
+    to save an interpreter start per tick — letting the worker finish after each."""
+    from nbcast.cli import main as nbcast_main
+
+    os.environ.update(env)
+    tick, total = PUBLISHED, 0
+    while tick < TICKS_UNTIL:
+        tick += timedelta(hours=1)
+        os.environ["NBCAST_CLOCK"] = f"fixed:{iso(tick)}"
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            if nbcast_main(["scheduler", "tick", "--json"]) != 0:
+                raise SystemExit(f"demo failed: nbcast scheduler tick at {iso(tick)}")
+        slots = json.loads(captured.getvalue())["slots"]
+        total += slots
+        if slots:
+            wait_for_runs(home, worker)
+    env["NBCAST_CLOCK"] = f"fixed:{iso(tick)}"
+    return total
+
+
+def show_periods(listing: str) -> None:
+    """Which period each run covered: its slot, kind and bound report date."""
+    for run in json.loads(listing):
+        context = run.get("context") or {}
+        print(
+            f"  {run['slot_key'] or '-':<17} {run['kind']:<9} {run['state']:<9} "
+            f"report_date={run['parameters'].get('report_date')}"
+            + (f"  (interval from {context['interval_start']})" if context else "")
+        )
+
+
+DOCS_IMAGES = REPO / "docs" / "images"
+
+
+def write_thumbnails(rendered: list[Path], folder: Path, docs: bool) -> list[Path]:
+    """Page 1 of the newest base PDF of each example (the KPI dashboard: its landscape
+    table page) as a 600-pixel PNG, into ``folder`` — and, with ``docs``
+    (``make docs-images``), into ``docs/images``, which the README shows. Not by
+    default: the page header names when the run finished, so every demo would change
+    tracked files."""
+    from nbcast.delivery.renderers.thumbnails import pdf_thumbnail
+
+    folder.mkdir()
+    if docs:
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    newest: dict[str, Path] = {}
+    for path in sorted(rendered):
+        if path.suffix == ".pdf" and not path.stem.endswith("-late"):
+            newest[path.stem.split("_", 1)[0]] = path
+    written = []
+    for definition, pdf in sorted(newest.items()):
+        page = 1 if definition == "kpi-dashboard" else 0
+        image = pdf_thumbnail(pdf.read_bytes(), width=600, page=page)
+        target = folder / f"{definition}.png"
+        target.write_bytes(image)
+        if docs:
+            (DOCS_IMAGES / target.name).write_bytes(image)
+        written.append(target)
+    return written
+
+
 def main() -> int:
     started = time.monotonic()
     out = Path(os.environ.get("NBCAST_DEMO_DIR", REPO / "demo-output")).resolve()
@@ -247,35 +367,93 @@ def main() -> int:
         env=env,
     )
 
-    banner("run the scheduler hourly from 2026-10-30 to 2026-11-02 (nbcast scheduler tick)")
-    # The same command, run in this process 72 times to save 72 interpreter starts.
-    from nbcast.cli import main as nbcast_main
-
-    os.environ.update(env)
-    tick, total = PUBLISHED, 0
-    while tick < TICKS_UNTIL:
-        tick += timedelta(hours=1)
-        os.environ["NBCAST_CLOCK"] = f"fixed:{iso(tick)}"
-        captured = io.StringIO()
-        with contextlib.redirect_stdout(captured):
-            if nbcast_main(["scheduler", "tick", "--json"]) != 0:
-                raise SystemExit(f"demo failed: nbcast scheduler tick at {iso(tick)}")
-        total += json.loads(captured.getvalue())["slots"]
-    env["NBCAST_CLOCK"] = f"fixed:{iso(tick)}"
-    print(
-        f"{total} slots materialized by {int((TICKS_UNTIL - PUBLISHED) / timedelta(hours=1))}"
-        " hourly ticks"
+    banner("preview daily-sales with its parameters across the Berlin fall-back (25 Oct)")
+    nbcast(
+        "schedule",
+        "preview",
+        "--definition",
+        "daily-sales",
+        "--from",
+        "2026-10-22T00:00:00Z",
+        "--to",
+        "2026-11-04T00:00:00Z",
+        env=env,
     )
-    nbcast("runs", "list", "--definition", "data-quality", env=env)
-    nbcast("runs", "list", "--state", "QUEUED", env=env)
+    print("(report_date is bound to the business day before each slot: Monday reports Friday)")
 
-    banner("run the queued reports on Ray (nbcast worker --engine ray)")
+    banner(
+        "the scheduler ticks hourly to 2026-11-02 while a Ray worker runs what is due "
+        "and a delivery worker renders and delivers it"
+    )
     worker_env = {k: v for k, v in env.items() if k != "NBCAST_CLOCK"}  # the real clock
     worker_env.setdefault("NBCAST_RAY_TEMP_DIR", f"/tmp/nbcast-demo-ray-{os.getpid()}")
     worker_env["RAY_USAGE_STATS_ENABLED"] = "0"
-    nbcast("worker", "--engine", "ray", "--concurrency", "2", "--exit-when-idle", env=worker_env)
+    mailbox = start_mailbox(out / "mailbox")
+    print(f"local SMTP mailbox listening on 127.0.0.1:{mailbox.port}, writing to {mailbox.folder}")
+    # The same clock as the report worker (the real one): see the module docstring.
+    delivery_env = {
+        **worker_env,
+        "NBCAST_SMTP_URL": f"smtp://127.0.0.1:{mailbox.port}",
+        "NBCAST_SMTP_FROM": "reports@nbcast-demo.example",
+        "NBCAST_BASE_URL": BASE_URL,
+    }
+    for name in ("NBCAST_SLACK_TOKEN", "NBCAST_WEBHOOK_SECRET", "NBCAST_LINK_TTL"):
+        delivery_env.pop(name, None)
+    worker_log, delivery_log = out / "worker.log", out / "delivery-worker.log"
+    print(f"$ nbcast worker --engine ray --concurrency 2   (in the background; log: {worker_log})")
+    print(f"$ nbcast delivery-worker --poll 0.5   (in the background; log: {delivery_log})")
+    worker = start_worker(worker_env, worker_log, "worker", "--engine", "ray", "--concurrency", "2")
+    delivering = start_worker(delivery_env, delivery_log, "delivery-worker", "--poll", "0.5")
+    try:
+        total = tick_and_run(env, worker, home)
+        print(
+            f"{total} slots materialized by {int((TICKS_UNTIL - PUBLISHED) / timedelta(hours=1))}"
+            " hourly ticks; after each, the worker ran what was due before the next"
+        )
+        nbcast("runs", "list", "--definition", "data-quality", env=worker_env)
+        print(
+            "(data-quality fires every 4 hours; its runs finish before the next slot, so each "
+            "slot is a real run: none is skipped as an overlap)"
+        )
+
+        banner("each daily-sales run reports the business day before its slot")
+        show_periods(
+            nbcast(
+                "runs", "list", "--definition", "daily-sales", "--json", env=worker_env, echo=False
+            )
+        )
+
+        banner("backfill the week of 19 October: five runs, five different trading days")
+        nbcast(
+            "backfill",
+            "daily-sales",
+            "--from",
+            "2026-10-19",
+            "--to",
+            "2026-10-24",
+            env=env,
+        )
+        wait_for_runs(home, worker)
+        show_periods(
+            nbcast(
+                "runs",
+                "list",
+                "--definition",
+                "daily-sales",
+                "--kind",
+                "backfill",
+                "--json",
+                env=worker_env,
+                echo=False,
+            )
+        )
+    finally:
+        stop_worker(worker)
+        stop_worker(delivering)
     runs = json.loads(nbcast("runs", "list", "--json", env=worker_env, echo=False))
-    nbcast("runs", "list", "--state", "SUCCEEDED", env=worker_env)
+    failed = [r for r in runs if r["state"] in ("FAILED", "TIMED_OUT")]
+    if failed:
+        raise SystemExit(f"demo failed: {len(failed)} run(s) failed; see {worker_log}")
     executed_dir = out / "executed"
     executed_dir.mkdir()
     executed = []
@@ -288,19 +466,9 @@ def main() -> int:
     if not executed:
         raise SystemExit("demo failed: no run succeeded")
 
-    banner("render and deliver (nbcast delivery-worker, email to a local SMTP mailbox)")
-    mailbox = start_mailbox(out / "mailbox")
-    port = mailbox.port
-    print(f"local SMTP mailbox listening on 127.0.0.1:{port}, writing to {mailbox.folder}")
-    # The same clock as the report worker above (the real one): see the module docstring.
-    delivery_env = {
-        **worker_env,
-        "NBCAST_SMTP_URL": f"smtp://127.0.0.1:{port}",
-        "NBCAST_SMTP_FROM": "reports@nbcast-demo.example",
-        "NBCAST_BASE_URL": BASE_URL,
-    }
-    for name in ("NBCAST_SLACK_TOKEN", "NBCAST_WEBHOOK_SECRET", "NBCAST_LINK_TTL"):
-        delivery_env.pop(name, None)
+    banner("what was rendered and delivered (email to the local SMTP mailbox)")
+    print(f"the background delivery worker: {last_line(delivery_log, 'delivery worker done')}")
+    print("(it was stopped as the report worker finished; this one delivers the rest)")
     try:
         nbcast(
             "delivery-worker", "--exit-when-idle", "--poll", "0.5", env=delivery_env, timeout=300
@@ -350,12 +518,18 @@ def main() -> int:
         raise SystemExit("demo failed: no signed link was handed out")
     for d in sorted(deliveries, key=lambda d: d["id"]):
         if d["state"] == "SUPPRESSED":
+            why = {"no_results": "the report found nothing to tell"}[d["reason"]]
             print(
-                f"as intended: {d['report']} to {d['recipient']} ({d['channel']}) SUPPRESSED"
-                f" {d['reason']} - the report found nothing to tell"
+                f"as intended: {d['report']} run {d['run']} to {d['recipient']} ({d['channel']})"
+                f" SUPPRESSED {d['reason']} - {why}"
             )
     for path in mailbox.files:
         print(f"{path.name}: {describe_mail(path)}")
+
+    banner("a page of each example PDF (thumbnails for the README)")
+    docs = os.environ.get("NBCAST_DEMO_DOCS") == "1"
+    for path in write_thumbnails(rendered, out / "thumbnails", docs):
+        print(f"thumbnail: {path}" + (f"  (also {DOCS_IMAGES / path.name})" if docs else ""))
 
     banner("where everything is")
     print(f"home folder (NBCAST_HOME): {home}")
