@@ -33,6 +33,7 @@ from typing import Any
 import nbformat
 
 from benchmarks._common import scratch_database, smtp_sink, trivial_notebook
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -73,7 +74,7 @@ def prepare(
     store = LocalArtifactStore(folder / "artifacts")
     queue = RunQueue(db, clock, owner="bench")
     for n in range(runs):
-        run_now(db, clock, "default", "daily-sales", {})
+        run_now(db, clock, Caller(tenant="default", user="t"), "daily-sales", {})
         [lease] = queue.claim(1)
         queue.start(lease)
         queue.succeed(lease, artifact_sha256=store.put(_executed(f"run {n}")).sha256, duration_s=0)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks._common import trivial_notebook
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -60,7 +61,7 @@ def nbcast_runs(notebook: Path, folder: Path, runs: int, pool_size: int) -> dict
     db = Database.open(f"sqlite:///{folder / 'nbcast.db'}")
     publish(db, notebook, tenant="default", author="bench")
     for i in range(runs):
-        run_now(db, SystemClock(), "default", "trivial", {"n": i})
+        run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
     with LocalEngine(capacity=1, pool_size=pool_size) as engine:
         engine._pool.wait_ready(60)  # start-up, as in a long-running worker
         worker = Worker(

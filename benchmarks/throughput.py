@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import scratch_database, trivial_notebook
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -41,7 +42,7 @@ def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
             )
         publish(db, trivial_notebook(folder), tenant="default", author="bench")
         for i in range(runs):
-            run_now(db, SystemClock(), "default", "trivial", {"n": i})
+            run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
         options: dict[str, Any] = {"capacity": concurrency}
         if engine_name == "ray":
             options.update(

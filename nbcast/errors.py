@@ -3,6 +3,9 @@
 ::
 
     NbcastError
+    ├── NotFoundError                not there for this caller (another tenant's is too)
+    ├── AccessDeniedError            the caller may not do this
+    ├── ConflictError                the object's state forbids it (a finished run)
     ├── ConfigError                  bad or missing configuration (env, settings)
     ├── StorageError                 the database could not be opened or migrated
     │   └── SchedulerLockedError     another scheduler holds the embedded database's lock
@@ -13,13 +16,16 @@
     │   ├── ParameterValueError      parameter values do not match the schema
     │   ├── DuplicateDefinitionError the name is taken by a definition from another file
     │   └── UnknownDefinitionError   no definition / version with that name or number
+    │                                (also a NotFoundError)
     ├── ScheduleError                a schedule cannot be compiled or previewed
     ├── ExecutionError               a run could not be executed to its end
     │   ├── NotebookExecutionError   a cell raised (cell index, ename, evalue, traceback)
     │   ├── RunTimeoutError          the run exceeded its time limit
     │   ├── RunCancelledError        the run was cancelled while it executed
     │   ├── OutputTooLargeError      the run printed more than its output limits allow
-    │   └── LeaseLostError           this attempt no longer holds the run (fencing)
+    │   ├── LeaseLostError           this attempt no longer holds the run (fencing)
+    │   ├── UnknownRunError          no such run for this caller (also a NotFoundError)
+    │   └── RunFinishedError         the run has ended already (also a ConflictError)
     ├── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
     └── DeliveryError                a report could not be rendered or delivered
         ├── RenderError              a renderer could not produce its format
@@ -35,14 +41,19 @@ between processes. Errors with structured fields store them as attributes *and* 
 them to ``super().__init__`` in order, which is what makes that work.
 
 User-facing commands print ``str(error)`` on one line and exit with status 2 for any
-``NbcastError``.
+``NbcastError``. The REST API answers 404 for a :class:`NotFoundError`, 403 for an
+:class:`AccessDeniedError`, 409 for a :class:`ConflictError` and 400 for any other
+``NbcastError`` (:mod:`nbcast.server_extension.errors`); the three classes sit at the
+root, and an error of a plane that is one of them inherits both.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "ChannelError",
     "ConfigError",
+    "ConflictError",
     "DefinitionError",
     "DeliveryError",
     "DuplicateDefinitionError",
@@ -51,6 +62,7 @@ __all__ = [
     "LinkError",
     "MetadataError",
     "NbcastError",
+    "NotFoundError",
     "NotebookError",
     "NotebookExecutionError",
     "OutcomeUnknownError",
@@ -61,12 +73,14 @@ __all__ = [
     "QueryLimitExceeded",
     "RenderError",
     "RunCancelledError",
+    "RunFinishedError",
     "RunTimeoutError",
     "ScheduleError",
     "SchedulerLockedError",
     "StorageError",
     "TransientChannelError",
     "UnknownDefinitionError",
+    "UnknownRunError",
 ]
 
 
@@ -78,6 +92,19 @@ class NbcastError(Exception):
 
     def __hash__(self) -> int:
         return hash((type(self), self.args))
+
+
+class NotFoundError(NbcastError):
+    """What was asked for does not exist for this caller; another tenant's object is
+    not found either, so an id never tells whether it exists elsewhere."""
+
+
+class AccessDeniedError(NbcastError):
+    """The caller is known but may not do this."""
+
+
+class ConflictError(NbcastError):
+    """The request is well formed, but the object's state forbids it now."""
 
 
 class ConfigError(NbcastError):
@@ -144,7 +171,7 @@ class DuplicateDefinitionError(DefinitionError):
     """A definition of that name already exists, published from another file."""
 
 
-class UnknownDefinitionError(DefinitionError):
+class UnknownDefinitionError(DefinitionError, NotFoundError):
     """No definition, or no version, matches what was asked for."""
 
 
@@ -191,6 +218,14 @@ class OutputTooLargeError(ExecutionError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UnknownRunError(ExecutionError, NotFoundError):
+    """No run with that id in the caller's tenant."""
+
+
+class RunFinishedError(ExecutionError, ConflictError):
+    """The run has ended already (it cannot be cancelled)."""
 
 
 class LeaseLostError(ExecutionError):

@@ -53,11 +53,27 @@ def run_command(
     from nbcast.scheduler.control import run_now
 
     values = parse_assignments(parameters)
-    run_id = run_now(app.db, app.clock, app.settings.tenant, name, values, at=at)
+    run_id = run_now(app.db, app.clock, app.caller, name, values, at=at)
     if as_json:
         emit_json({"id": run_id, "definition": name, "kind": "manual", "state": "QUEUED"})
     else:
         click.echo(f"queued manual run {run_id} of {name}")
+
+
+@click.command("rerun")
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def rerun_command(app: AppContext, run_id: int, as_json: bool) -> None:
+    """Queue RUN again: the same version, parameters and period (a finished run, or a
+    SKIPPED or MISSED slot)."""
+    from nbcast.scheduler.control import rerun_run
+
+    new_id = rerun_run(app.db, app.clock, app.caller, run_id)
+    if as_json:
+        emit_json({"id": new_id, "rerun_of": run_id, "kind": "rerun", "state": "QUEUED"})
+    else:
+        click.echo(f"queued run {new_id}: a rerun of run {run_id}")
 
 
 @click.group()
@@ -68,7 +84,7 @@ def runs() -> None:
 @runs.command("list")
 @click.option("--definition", default=None, help="Only this definition.")
 @click.option("--state", default=None, help="Only this state (QUEUED, FAILED, SKIPPED, …).")
-@click.option("--kind", default=None, help="Only this kind (scheduled, backfill, manual).")
+@click.option("--kind", default=None, help="Only this kind (scheduled, backfill, manual, rerun).")
 @click.option("--since", type=INSTANT, default=None, help="Only runs firing at or after this.")
 @click.option("--until", type=INSTANT, default=None, help="Only runs firing before this.")
 @click.option(
@@ -184,7 +200,7 @@ def _show(run: RunDetail) -> None:
     click.echo(f"run {run.id}: {run.definition} v{run.version}, {state}")
     facts: list[tuple[str, Any]] = [
         ("tenant", run.tenant),
-        ("kind", run.kind),
+        ("kind", run.kind + (f" of run {run.rerun_of}" if run.rerun_of else "")),
         ("slot", run.slot_key or "-"),
         ("fire at", when(run.fire_at)),
         ("period", _period(run.context)),
@@ -278,5 +294,5 @@ def cancel(app: AppContext, run_id: int, as_json: bool) -> None:
     click.echo(f"run {run_id} ({result.state.value}): {said}; {result.next_step}")
 
 
-COMMANDS = [run_command, runs, cancel]
+COMMANDS = [run_command, rerun_command, runs, cancel]
 """The commands this module adds to ``nbcast``."""

@@ -87,7 +87,7 @@ def pause(app: AppContext, name: str) -> None:
     """Pause definition NAME: nothing new is recorded until resume."""
     from nbcast.scheduler.control import pause as do_pause
 
-    changed = do_pause(app.db, app.clock, app.settings.tenant, name, by=app.settings.user)
+    changed = do_pause(app.db, app.clock, app.caller, name)
     click.echo(f"{name}: paused" if changed else f"{name}: already paused")
 
 
@@ -98,7 +98,7 @@ def resume(app: AppContext, name: str) -> None:
     """Resume NAME; slots that fell during the pause are recorded SKIPPED (paused)."""
     from nbcast.scheduler.control import resume as do_resume
 
-    result = do_resume(app.db, app.clock, app.settings.tenant, name, by=app.settings.user)
+    result = do_resume(app.db, app.clock, app.caller, name)
     if result is None:
         click.echo(f"{name}: not paused")
     else:
@@ -131,9 +131,7 @@ def backfill(
     """Materialize NAME's slots in [--from, --to) as backfill runs."""
     from nbcast.scheduler.control import backfill as do_backfill
 
-    result = do_backfill(
-        app.db, app.clock, app.settings.tenant, name, range_from, range_to, by=app.settings.user
-    )
+    result = do_backfill(app.db, app.clock, app.caller, name, range_from, range_to)
     click.echo(
         f"{name}: {result.slots} slots in range, {result.inserted} new backfill rows, "
         f"{result.slots - result.inserted} already recorded"

@@ -2,7 +2,7 @@
 
 Queries take a session and the :class:`~nbcast.access.Caller` and return typed
 records; each is scoped to the caller's tenant — a run, a definition or a row of
-another tenant is "not found" (:class:`~nbcast.errors.DeliveryError`,
+another tenant is "not found" (:class:`~nbcast.errors.UnknownRunError`,
 :class:`~nbcast.errors.UnknownDefinitionError`), never returned — and writes
 nothing. Lists are newest first and keyset-paginated on the row id
 (:class:`~nbcast.access.Page`); a run's own deliveries and renditions come whole
@@ -33,7 +33,7 @@ from nbcast.delivery.models import (
     RenditionState,
     SignedLink,
 )
-from nbcast.errors import ConfigError, DeliveryError, UnknownDefinitionError
+from nbcast.errors import ConfigError, UnknownDefinitionError, UnknownRunError
 from nbcast.executor.models import Run
 from nbcast.governance.models import Tenant
 from nbcast.governance.tenants import get_tenant
@@ -196,7 +196,7 @@ def parse_delivery_state(state: str) -> DeliveryState:
 
 
 def require_run(session: Session, tenant: Tenant, run_id: int) -> None:
-    """Raise :class:`~nbcast.errors.DeliveryError` unless ``run_id`` is a run of
+    """Raise :class:`~nbcast.errors.UnknownRunError` unless ``run_id`` is a run of
     ``tenant`` (a run of another tenant is not found)."""
     found = None
     if isinstance(run_id, int) and 0 < run_id <= MAX_ID:
@@ -204,7 +204,7 @@ def require_run(session: Session, tenant: Tenant, run_id: int) -> None:
             sa.select(Run.id).where(Run.id == run_id, Run.tenant_id == tenant.id)
         )
     if found is None:
-        raise DeliveryError(f"no run {clip(run_id)} in tenant {tenant.name!r}")
+        raise UnknownRunError(f"no run {clip(run_id)} in tenant {tenant.name!r}")
 
 
 def _after_id(after: str) -> int:

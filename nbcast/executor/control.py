@@ -23,15 +23,23 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
-from nbcast.errors import ExecutionError
+from nbcast.errors import RunFinishedError, UnknownRunError
 from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunState
 from nbcast.governance.tenants import get_tenant
 
-__all__ = ["CANCEL_REASON", "MAX_RUN_ID", "CancelResult", "cancel_run", "run_not_found"]
+__all__ = [
+    "CANCEL_REASON",
+    "MAX_RUN_ID",
+    "CancelResult",
+    "cancel_run",
+    "own_run",
+    "run_not_found",
+]
 
 CANCEL_REASON = "cancel"
 """The ``reason`` of a request made by a person (the scheduler's says ``replaced``)."""
@@ -72,28 +80,24 @@ class CancelResult:
         }
 
 
-def run_not_found(run_id: int, tenant: str) -> ExecutionError:
+def run_not_found(run_id: int, tenant: str) -> UnknownRunError:
     """The error for a run id that is not the tenant's (or no run at all)."""
-    return ExecutionError(f"no run {run_id} in tenant {tenant!r}")
+    return UnknownRunError(f"no run {run_id} in tenant {tenant!r}")
 
 
 def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> CancelResult:
     """Ask for run ``run_id`` to be cancelled (module docstring): a request row, once.
 
-    Raises :class:`~nbcast.errors.ExecutionError` when the run is not the caller's
-    tenant's ("not found", nothing written) or has already finished.
+    Raises :class:`~nbcast.errors.UnknownRunError` when the run is not the caller's
+    tenant's ("not found", nothing written), :class:`~nbcast.errors.RunFinishedError`
+    when it has already finished.
     """
     now = clock.now()
     with db.session() as session:
-        tenant = get_tenant(session, caller.tenant)
-        run = None
-        if 1 <= run_id <= MAX_RUN_ID:
-            run = session.scalar(sa.select(Run).where(Run.id == run_id, Run.tenant_id == tenant.id))
-        if run is None:
-            raise run_not_found(run_id, caller.tenant)
+        run = own_run(session, caller, run_id)
         state = RunState(run.state)
         if state not in ACTIVE_STATES:
-            raise ExecutionError(f"run {run_id} has already finished: it is {state.value}")
+            raise RunFinishedError(f"run {run_id} has already finished: it is {state.value}")
         pending = session.execute(
             sa.select(CancelRequest.requested_at, CancelRequest.requested_by)
             .where(CancelRequest.run_id == run_id)
@@ -110,7 +114,7 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
             )
         session.add(
             CancelRequest(
-                tenant_id=tenant.id,
+                tenant_id=run.tenant_id,
                 run_id=run_id,
                 reason=CANCEL_REASON,
                 requested_by=caller.user,
@@ -124,3 +128,14 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
         requested_by=caller.user,
         already_requested=False,
     )
+
+
+def own_run(session: Session, caller: Caller, run_id: int) -> Run:
+    """The caller's run ``run_id``; :class:`~nbcast.errors.UnknownRunError` otherwise."""
+    tenant = get_tenant(session, caller.tenant)
+    run = None
+    if 1 <= run_id <= MAX_RUN_ID:
+        run = session.scalar(sa.select(Run).where(Run.id == run_id, Run.tenant_id == tenant.id))
+    if run is None:
+        raise run_not_found(run_id, caller.tenant)
+    return run

@@ -140,6 +140,14 @@ class RunKind(StrEnum):
     """A past slot materialized on request (``nbcast backfill``)."""
     manual = "manual"
     """Asked for by a person (``nbcast run``); it has no slot."""
+    rerun = "rerun"
+    """Another run again (``rerun_of``): its version, parameters and context, no slot
+    of its own."""
+
+
+DELIBERATE_KINDS = frozenset({RunKind.backfill, RunKind.rerun})
+"""Runs asked for on purpose for a period that has passed: their deliveries are never
+superseded or stale, and supersede nothing (:mod:`nbcast.delivery.ledger.decision`)."""
 
 
 class Run(Base):
@@ -191,6 +199,10 @@ class Run(Base):
     context: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The run's frozen context: kind, slot, zone, nominal time, fire time, data interval
     (:mod:`nbcast.scheduler.period`); the same for every attempt."""
+    rerun_of: Mapped[int | None] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), default=None
+    )
+    """The run a ``rerun`` repeats (no foreign key: retention may delete it first)."""
     serial: Mapped[bool] = mapped_column(default=True)
     """Runs one at a time with the definition's other runs (every overlap policy but
     ``allow``; manual runs are never serial)."""

@@ -147,6 +147,7 @@ def _record(run: Run, definition: str) -> RunRecord:
         started_at=run.started_at,
         finished_at=run.finished_at,
         context=run.context,
+        rerun_of=run.rerun_of,
     )
 
 
@@ -241,6 +242,7 @@ def get_run(
         cancel_requested_at=cancel.requested_at if cancel else None,
         cancel_requested_by=cancel.requested_by if cancel else None,
         context=run.context,
+        rerun_of=run.rerun_of,
         attempts=attempts,
         renditions=renditions_of_run(session, caller, run.id),
         deliveries=deliveries_of_run(session, caller, run.id),

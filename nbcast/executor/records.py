@@ -48,6 +48,8 @@ class RunRecord:
     context: dict[str, Any] | None = None
     """The period it covers (:mod:`nbcast.scheduler.period`); None for a run made
     before runs had one."""
+    rerun_of: int | None = None
+    """The run a ``rerun`` repeats."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (the keys of ``runs list --json``)."""
@@ -67,6 +69,7 @@ class RunRecord:
             "started_at": _instant(self.started_at),
             "finished_at": _instant(self.finished_at),
             "context": self.context,
+            "rerun_of": self.rerun_of,
         }
 
 
@@ -134,6 +137,8 @@ class RunDetail:
     cancel_requested_by: str | None = None
     context: dict[str, Any] | None = None
     """The period it covers (:mod:`nbcast.scheduler.period`)."""
+    rerun_of: int | None = None
+    """The run a ``rerun`` repeats."""
     attempts: list[AttemptRecord]
     renditions: list[RenditionRecord]
     """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
@@ -163,6 +168,7 @@ class RunDetail:
             "not_before": format_instant(self.not_before),
             "parameters": self.parameters,
             "context": self.context,
+            "rerun_of": self.rerun_of,
             "attempt": self.attempt,
             "notebook_sha256": self.notebook_sha256,
             "error": self.error.to_json() if self.error is not None else None,

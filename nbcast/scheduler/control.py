@@ -1,4 +1,4 @@
-"""What people ask of the scheduler: pause, resume, backfill, a manual run, run lists.
+"""What people ask of the scheduler: pause, resume, backfill, a manual run, a rerun.
 
 - **Pause** records nothing new until resume. **Resume** first materializes, with the
   normal policies, the slots that fell due before the pause but were not yet
@@ -12,6 +12,10 @@
   slots belong to the scheduler.
 - **Manual run**: kind ``manual``, no slot, the latest version, the version's
   parameters overridden by the validated ``-p`` values; not subject to overlap.
+- **Rerun**: kind ``rerun``, a finished run again with its version, parameters and
+  context (:func:`rerun_run`).
+
+Each takes the :class:`~nbcast.access.Caller` and acts in its tenant only.
 """
 
 from __future__ import annotations
@@ -24,14 +28,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.access import Caller
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.bindings import resolve_parameters
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
-from nbcast.errors import ScheduleError, UnknownDefinitionError
-from nbcast.executor.models import Run, RunKind, RunState
-from nbcast.governance.tenants import get_tenant
+from nbcast.definitions.queries import definition_row
+from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
+from nbcast.executor.control import own_run
+from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
@@ -47,19 +53,12 @@ from nbcast.scheduler.slots import (
 )
 from nbcast.scheduler.zones import range_bound
 
-__all__ = ["backfill", "pause", "resume", "run_now"]
+__all__ = ["backfill", "pause", "rerun_run", "resume", "run_now"]
 
 
-def _definition(session: Session, tenant: str, name: str) -> ReportDefinition:
-    owner = get_tenant(session, tenant)
-    definition = session.scalar(
-        sa.select(ReportDefinition).where(
-            ReportDefinition.tenant_id == owner.id, ReportDefinition.name == name
-        )
-    )
-    if definition is None:
-        raise UnknownDefinitionError(f"no definition named {name!r} in tenant {tenant!r}")
-    return definition
+def _definition(session: Session, caller: Caller, name: str) -> ReportDefinition:
+    """The caller's definition ``name`` (another tenant's is "not found")."""
+    return definition_row(session, caller, name)
 
 
 def _state(
@@ -78,11 +77,12 @@ def _state(
     return state
 
 
-def pause(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> bool:
+def pause(db: Database, clock: Clock, caller: Caller, name: str) -> bool:
     """Pause definition ``name``; False if it was already paused."""
+    by = caller.user
     materializer = Materializer(db, clock, name=by)
     with db.session() as session:
-        state = _state(db, session, materializer, _definition(session, tenant, name))
+        state = _state(db, session, materializer, _definition(session, caller, name))
         if state.paused:
             return False
         state.paused, state.paused_at = True, clock.now()
@@ -98,12 +98,13 @@ class ResumeResult:
     skipped_paused: int
 
 
-def resume(db: Database, clock: Clock, tenant: str, name: str, *, by: str) -> ResumeResult | None:
+def resume(db: Database, clock: Clock, caller: Caller, name: str) -> ResumeResult | None:
     """Resume definition ``name`` (module docstring); None if it was not paused."""
+    by = caller.user
     materializer = Materializer(db, clock, name=by)
     now = clock.now()
     with db.session() as session:
-        definition = _definition(session, tenant, name)
+        definition = _definition(session, caller, name)
         state = _state(db, session, materializer, definition)
         if not state.paused:
             return None
@@ -148,20 +149,18 @@ class BackfillResult:
 def backfill(
     db: Database,
     clock: Clock,
-    tenant: str,
+    caller: Caller,
     name: str,
     start: datetime | date,
     end: datetime | date,
-    *,
-    by: str,
 ) -> BackfillResult:
     """Materialize ``[start, end)`` of ``name``'s schedule as backfill runs. A bare
     date is the start of that day in the schedule's zone
     (:func:`~nbcast.scheduler.zones.range_bound`)."""
-    materializer = Materializer(db, clock, name=by)
+    materializer = Materializer(db, clock, name=caller.user)
     now = clock.now()
     with db.session() as session:
-        definition = _definition(session, tenant, name)
+        definition = _definition(session, caller, name)
         state = _state(db, session, materializer, definition)
         plan = usable(
             materializer.plans.load(session, [(definition.id, state.schedule_version)]).get(
@@ -196,7 +195,7 @@ def backfill(
 def run_now(
     db: Database,
     clock: Clock,
-    tenant: str,
+    caller: Caller,
     name: str,
     parameters: dict[str, Any],
     *,
@@ -212,7 +211,7 @@ def run_now(
     if at is not None and (at.tzinfo is None or at.utcoffset() is None):
         raise ScheduleError("--at must carry an offset")
     with db.session() as session:
-        definition = _definition(session, tenant, name)
+        definition = _definition(session, caller, name)
         version = session.scalar(
             sa.select(DefinitionVersion).where(
                 DefinitionVersion.definition_id == definition.id,
@@ -251,3 +250,44 @@ def run_now(
         session.add(run)
         session.flush()
         return run.id
+
+
+def rerun_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> int:
+    """Queue run ``run_id`` again; return the new run's id.
+
+    The rerun (kind ``rerun``, ``rerun_of`` the original) executes the same version
+    with the same literal parameters and the same frozen context — slot, nominal time,
+    data interval — so it reports what the original reported (or should have: a
+    FAILED, CANCELLED, SKIPPED or MISSED slot can be rerun as well). It has no slot of
+    its own (the slot's row stays the original's) and, like a manual run, is not held
+    back by the overlap policy. Its deliveries are never superseded or stale. A run
+    still queued or running is a :class:`~nbcast.errors.ConflictError`; another
+    tenant's, :class:`~nbcast.errors.UnknownRunError`.
+    """
+    now = clock.now()
+    with db.session() as session:
+        original = own_run(session, caller, run_id)
+        if RunState(original.state) in ACTIVE_STATES:
+            raise ConflictError(
+                f"run {run_id} is {original.state}: cancel it first, or wait for it to end"
+            )
+        rerun = Run(
+            tenant_id=original.tenant_id,
+            definition_id=original.definition_id,
+            version_id=original.version_id,
+            version=original.version,
+            kind=RunKind.rerun.value,
+            slot_key=None,
+            fire_at=now,
+            state=RunState.QUEUED.value,
+            reason=None,
+            parameters=dict(original.parameters),
+            context=dict(original.context) if original.context is not None else None,
+            rerun_of=original.id,
+            serial=False,
+            not_before=now,
+            created_at=now,
+        )
+        session.add(rerun)
+        session.flush()
+        return rerun.id

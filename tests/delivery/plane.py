@@ -19,6 +19,7 @@ from typing import Any
 import nbformat
 import pandas as pd
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import FixedClock
 from nbcast.db import Database
@@ -112,7 +113,7 @@ class Plane:
         """Queue a manual run of ``name`` (of ``tenant``) and complete it through the
         executor's queue, storing ``notebook`` (default: :func:`executed_notebook`) as
         what it produced."""
-        run_id = run_now(self.db, self.clock, tenant, name, {})
+        run_id = run_now(self.db, self.clock, Caller(tenant=tenant, user="t"), name, {})
         queue = RunQueue(self.db, self.clock, owner="test-worker")
         leases = [lease for lease in queue.claim(10) if lease.run_id == run_id]
         assert len(leases) == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.cli import main
 from nbcast.clock import SystemClock
@@ -34,7 +35,7 @@ def _succeeded_run(home: Path, tmp_path: Path, subscriptions: list[dict[str, str
         nbcast={"name": "sales", "outputs": ["html", "csv"], "subscriptions": subscriptions},
     )
     publish(db, path, tenant="default", author="t")
-    run_id = run_now(db, SystemClock(), "default", "sales", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "sales", {})
     queue = RunQueue(db, SystemClock(), owner="w")
     [lease] = queue.claim(1)
     queue.start(lease)

@@ -16,6 +16,7 @@ import pypdf
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.delivery.channels.email import EmailChannel
@@ -217,7 +218,14 @@ def test_a_backfill_is_sent_though_newer_reports_went_out_and_it_is_late(
         consume_outbox(session, plane.clock.now())
     plane.pump(ledger, renders)
     Materializer(plane.db, plane.clock).sync()
-    result = backfill(plane.db, plane.clock, "default", "sales", T0 - timedelta(days=3), T0, by="t")
+    result = backfill(
+        plane.db,
+        plane.clock,
+        Caller(tenant="default", user="t"),
+        "sales",
+        T0 - timedelta(days=3),
+        T0,
+    )
     assert (result.slots, result.inserted) == (3, 3)
     backfilled = plane.complete_due()
     assert len(backfilled) == 3

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -64,7 +65,7 @@ def test_signer_configuration_is_checked(tmp_path: Path) -> None:
 def _run(db: Database, tmp_path: Path) -> tuple[int, int]:
     path = make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"})
     publish(db, path, tenant="default", author="t", now=T0)
-    run_id = run_now(db, FixedClock(T0), "default", "r", {})
+    run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "r", {})
     with db.session() as session:
         return ensure_tenant(session, "default").id, run_id
 

@@ -28,7 +28,12 @@ from nbcast.delivery.queries import (
     renditions_of_run,
 )
 from nbcast.delivery.unsubscribe import unsubscribe_token
-from nbcast.errors import ConfigError, DeliveryError, LinkError, UnknownDefinitionError
+from nbcast.errors import (
+    ConfigError,
+    LinkError,
+    NotFoundError,
+    UnknownDefinitionError,
+)
 from tests.delivery.plane import SIGNER, Plane
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
@@ -109,14 +114,14 @@ def test_another_tenants_rows_are_not_found_and_nothing_is_written(plane: Plane)
         [link] = list_links(session, ACME).items
         assert [r.recipient for r in list_deliveries(session, GLOBEX).items] == ["g@example.com"]
         for query in (deliveries_of_run, renditions_of_run):
-            with pytest.raises(DeliveryError, match=f"no run {run_id} in tenant 'globex'"):
+            with pytest.raises(NotFoundError, match=f"no run {run_id} in tenant 'globex'"):
                 query(session, GLOBEX, run_id)
-        with pytest.raises(DeliveryError):
+        with pytest.raises(NotFoundError):
             list_deliveries(session, GLOBEX, run_id=run_id)
-        with pytest.raises(DeliveryError):
+        with pytest.raises(NotFoundError):
             list_links(session, GLOBEX, run_id=run_id)
     before = _counts(plane)
-    with pytest.raises(DeliveryError):
+    with pytest.raises(NotFoundError):
         retry_failed_deliveries(plane.db, plane.clock, GLOBEX, run_id)
     assert not revoke_link(plane.db, plane.clock, GLOBEX, link.id)
     assert not revoke_link(plane.db, plane.clock, GLOBEX, 2**70)  # no such row, no error

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
 from nbcast.errors import ConfigError
@@ -114,7 +115,7 @@ def test_an_absurd_quota_timeout_gives_the_bounded_one(db: Database, tmp_path: P
     define(db, tmp_path, "square", "print(n * n)")
     with db.session() as session:
         _store_quota(session, run_timeout_s=2_000_000_000)  # 63 years
-    run_id = run_now(db, SystemClock(), "default", "square", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "square", {})
     with RecordingEngine(capacity=1, pool_size=0) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     assert [job.timeout_s for job in engine.jobs] == [float(bounds.MAX_RUN_TIMEOUT_S)]

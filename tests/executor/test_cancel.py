@@ -14,7 +14,7 @@ from nbcast.cli import main
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.errors import ExecutionError
+from nbcast.errors import ConflictError, NotFoundError
 from nbcast.executor.control import cancel_run
 from nbcast.executor.models import CancelRequest, Run
 from nbcast.executor.queue import RunQueue
@@ -29,7 +29,10 @@ ANA = Caller(tenant="default", user="ana")
 def queued(db: Database, tmp_path: Path, tenant: str = "default", count: int = 1) -> list[int]:
     path = make_notebook(tmp_path / tenant / "report.ipynb", nbcast={"name": "report"})
     publish(db, path, tenant=tenant, author="t", now=T0)
-    return [run_now(db, FixedClock(T0), tenant, "report", {}) for _ in range(count)]
+    return [
+        run_now(db, FixedClock(T0), Caller(tenant=tenant, user="t"), "report", {})
+        for _ in range(count)
+    ]
 
 
 def state(db: Database, run_id: int) -> tuple[str, str | None]:
@@ -92,16 +95,16 @@ def test_finished_and_foreign_runs_are_refused(db: Database, tmp_path: Path) -> 
     [mine] = queued(db, tmp_path)
     [theirs] = queued(db, tmp_path, tenant="other")
     clock = FixedClock(T0 + timedelta(seconds=1))
-    with pytest.raises(ExecutionError, match=f"no run {theirs} in tenant 'default'"):
+    with pytest.raises(NotFoundError, match=f"no run {theirs} in tenant 'default'"):
         cancel_run(db, clock, ANA, theirs)
     for missing in (0, -1, 2**70, 10**6):
-        with pytest.raises(ExecutionError, match="no run"):
+        with pytest.raises(NotFoundError, match="no run"):
             cancel_run(db, clock, ANA, missing)
     queue = RunQueue(db, clock, owner="w")
     [lease] = [lease for lease in queue.claim(5) if lease.run_id == mine]
     queue.start(lease)
     queue.succeed(lease, artifact_sha256=None, duration_s=0.1)
-    with pytest.raises(ExecutionError, match=f"run {mine} has already finished: it is SUCCEEDED"):
+    with pytest.raises(ConflictError, match=f"run {mine} has already finished: it is SUCCEEDED"):
         cancel_run(db, clock, ANA, mine)
     assert requests(db) == []
 

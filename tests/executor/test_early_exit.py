@@ -15,6 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -64,7 +65,7 @@ def publish_exiting(db: Database, tmp_path: Path, name: str, exit_source: str) -
 
 def test_an_early_exit_succeeds_as_no_results(db: Database, tmp_path: Path) -> None:
     publish_exiting(db, tmp_path, "quiet-day", "import sys\nsys.exit()")
-    run_id = run_now(db, SystemClock(), "default", "quiet-day", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "quiet-day", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         stats = make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
@@ -88,7 +89,7 @@ def test_exiting_with_a_non_zero_code_is_a_failure(db: Database, tmp_path: Path)
     publish_exiting(db, tmp_path, "bad-exit", "import sys\nsys.exit(3)")
     with db.session() as session:
         set_quota(session, "default", max_attempts=2)
-    run_id = run_now(db, SystemClock(), "default", "bad-exit", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "bad-exit", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.cli import main
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -84,7 +85,7 @@ def test_a_registered_plugin_engine_runs_a_worker(
     publish(
         db, make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"}), tenant="default", author="t"
     )
-    run_id = run_now(db, SystemClock(), "default", "r", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "r", {})
     code = main(["worker", "--engine", "instant", "--concurrency", "3", "--exit-when-idle"])
     assert code == 0
     assert "worker done: 1 succeeded" in capsys.readouterr().out

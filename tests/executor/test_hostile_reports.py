@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
@@ -98,8 +99,8 @@ def test_a_report_that_floods_its_output_fails_alone(
 ) -> None:
     define(db, tmp_path, "noisy", "flood", body)
     define(db, tmp_path, "default", "fine", "print(n)")
-    flood = run_now(db, SystemClock(), "noisy", "flood", {})
-    fine = run_now(db, SystemClock(), "default", "fine", {})
+    flood = run_now(db, SystemClock(), Caller(tenant="noisy", user="t"), "flood", {})
+    fine = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "fine", {})
     with LocalEngine(capacity=2, pool_size=2) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, flood)
@@ -147,7 +148,7 @@ def test_a_report_sees_no_secret_of_the_worker(
     monkeypatch.setenv("NBCAST_FORKED_KERNELS", "0" if kernels == "pooled" else "1")
     shutdown_default_zygote()  # the zygote starts from this worker's environment
     define(db, tmp_path, "default", "env", SHOW_ENVIRONMENT)
-    run_id = run_now(db, SystemClock(), "default", "env", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "env", {})
     try:
         with LocalEngine(capacity=1, warm_kernels=kernels != "unpooled", pool_size=1) as engine:
             make_worker(db, tmp_path, engine).run(exit_when_idle=True)
@@ -208,8 +209,8 @@ def test_killing_the_zygote_kills_no_other_tenants_report(db: Database, tmp_path
     define(db, tmp_path, "patient", "later", "print('later')")
     with db.session() as session:
         set_quota(session, "patient", max_attempts=1)
-    waits = run_now(db, SystemClock(), "patient", "waits", {})
-    kills = run_now(db, SystemClock(), "hostile", "kills", {})
+    waits = run_now(db, SystemClock(), Caller(tenant="patient", user="t"), "waits", {})
+    kills = run_now(db, SystemClock(), Caller(tenant="hostile", user="t"), "kills", {})
     with LocalEngine(capacity=2, pool_size=2) as engine:  # both forked from one zygote
         worker = make_worker(db, tmp_path, engine)
         assert worker.step() == 2
@@ -218,7 +219,7 @@ def test_killing_the_zygote_kills_no_other_tenants_report(db: Database, tmp_path
     assert (run_state(db, kills).state, run_state(db, waits).state) == ("SUCCEEDED", "SUCCEEDED")
     assert run_state(db, waits).attempt == 1
     assert "survived the zygote" in printed(tmp_path, run_state(db, waits).artifact_sha256)
-    later = run_now(db, SystemClock(), "patient", "later", {})
+    later = run_now(db, SystemClock(), Caller(tenant="patient", user="t"), "later", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     assert run_state(db, later).state == "SUCCEEDED"
@@ -236,7 +237,7 @@ def test_parameters_are_never_written_for_a_language_the_kernel_does_not_run(
     exploit = "\\'" + f'"+__import__("os").system("touch {marker}")#'
     metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "bash"}}
     define(db, tmp_path, "default", "liar", "print(s)", parameters='s = ""\n', metadata=metadata)
-    run_id = run_now(db, SystemClock(), "default", "liar", {"s": exploit})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "liar", {"s": exploit})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     assert not marker.exists()
@@ -280,7 +281,9 @@ def test_a_truthful_notebook_gets_its_parameters_in_its_kernels_language(
     marker = tmp_path / "injected"
     exploit = "\\'" + f'"+__import__("os").system("touch {marker}")#'
     define(db, tmp_path, "default", "honest", "print(s)", parameters='s = ""\n')
-    run_id = run_now(db, SystemClock(), "default", "honest", {"s": exploit})
+    run_id = run_now(
+        db, SystemClock(), Caller(tenant="default", user="t"), "honest", {"s": exploit}
+    )
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     assert not marker.exists()
@@ -304,7 +307,7 @@ def test_an_error_the_database_could_not_store_is_recorded_and_visible(
     define(db, tmp_path, "default", "odd", body)
     with db.session() as session:
         set_quota(session, "default", max_attempts=1)
-    run_id = run_now(db, SystemClock(), "default", "odd", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "odd", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from jupyter_client.kernelspec import NoSuchKernel
 
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion
@@ -95,9 +96,9 @@ def test_a_permanent_failure_fails_alone_after_one_attempt(
     kernel = "no-such-kernel" if cause == "no_such_kernel" else "python3"
     publish_in(db, tmp_path, "poisoned", "doomed", kernel)
     publish_in(db, tmp_path, "default", "healthy", "python3")
-    doomed = run_now(db, SystemClock(), "poisoned", "doomed", {"n": 3})
+    doomed = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "doomed", {"n": 3})
     poison(db, doomed, cause)
-    healthy = run_now(db, SystemClock(), "default", "healthy", {"n": 4})
+    healthy = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "healthy", {"n": 4})
     with LocalEngine(capacity=2, pool_size=1) as engine:
         stats = make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, doomed)
@@ -111,7 +112,7 @@ def test_a_permanent_failure_fails_alone_after_one_attempt(
 
 def test_the_error_names_what_was_wrong(db: Database, tmp_path: Path) -> None:
     publish_in(db, tmp_path, "default", "params", "python3")
-    run_id = run_now(db, SystemClock(), "default", "params", {"n": 3})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "params", {"n": 3})
     poison(db, run_id, "invalid_parameters")
     with LocalEngine(capacity=1, pool_size=0) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -41,7 +42,7 @@ def setup_tenant(
     path = make_notebook(tmp_path / tenant / f"{name}.ipynb", nbcast={"name": name})
     publish(db, path, tenant=tenant, author="t", now=T0)
     clock = FixedClock(T0)
-    return [run_now(db, clock, tenant, name, {}) for _ in range(runs)]
+    return [run_now(db, clock, Caller(tenant=tenant, user="t"), name, {}) for _ in range(runs)]
 
 
 def states(db: Database) -> dict[int, tuple[str, int]]:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
@@ -104,7 +105,7 @@ def test_a_scheduled_run_sees_its_slot_and_period(db: Database, tmp_path: Path) 
 def test_a_manual_run_sees_the_period_it_was_asked_for(db: Database, tmp_path: Path) -> None:
     _define(db, tmp_path)
     clock = FixedClock(datetime(2026, 11, 3, 9, 30, tzinfo=UTC))
-    run_id = run_now(db, clock, "default", "berlin-daily", {})
+    run_id = run_now(db, clock, Caller(tenant="default", user="t"), "berlin-daily", {})
     _execute(db, tmp_path)
     with db.session() as session:
         run = session.get(Run, run_id)

@@ -19,7 +19,7 @@ from nbcast.config import load_settings
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.delivery.models import Delivery, Rendition
-from nbcast.errors import ConfigError, ExecutionError, UnknownDefinitionError
+from nbcast.errors import ConfigError, NotFoundError, UnknownDefinitionError
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import Run
 from nbcast.executor.queries import get_run, list_runs
@@ -58,7 +58,7 @@ def failed_run(db: Database, use_db: str, tmp_path: Path) -> int:
     publish(db, path, tenant="default", author="t")
     with db.session() as session:
         set_quota(session, "default", max_attempts=1)
-    run_id = run_now(db, SystemClock(), "default", "divide", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "divide", {})
     settings = load_settings()
     with LocalEngine(capacity=1, pool_size=1) as engine:
         Worker(
@@ -118,9 +118,9 @@ def test_another_tenants_run_is_not_found(
         ensure_tenant(session, "other")
     path = make_notebook(tmp_path / "theirs.ipynb", nbcast={"name": "theirs"})
     publish(db, path, tenant="other", author="t")
-    theirs = run_now(db, SystemClock(), "other", "theirs", {})
+    theirs = run_now(db, SystemClock(), Caller(tenant="other", user="t"), "theirs", {})
     with db.session() as session:
-        with pytest.raises(ExecutionError, match=f"no run {theirs} in tenant 'default'"):
+        with pytest.raises(NotFoundError, match=f"no run {theirs} in tenant 'default'"):
             get_run(session, DEFAULT, theirs)
         assert get_run(session, Caller(tenant="other", user="bo"), theirs).id == theirs
         assert list_runs(session, DEFAULT).items == []
@@ -253,7 +253,7 @@ def test_the_cli_pages_with_limit_and_after(
 def test_a_manual_run_is_listed_with_its_keys(db: Database, tmp_path: Path) -> None:
     path = make_notebook(tmp_path / "keys.ipynb", nbcast={"name": "keys"})
     publish(db, path, tenant="default", author="t", now=T0)
-    run_id = run_now(db, FixedClock(T0), "default", "keys", {})
+    run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "keys", {})
     with db.session() as session:
         [record] = list_runs(session, DEFAULT).items
     assert record.id == run_id
@@ -273,6 +273,7 @@ def test_a_manual_run_is_listed_with_its_keys(db: Database, tmp_path: Path) -> N
         "started_at",
         "finished_at",
         "context",
+        "rerun_of",
     }
     context = record.to_json()["context"]
     assert context["kind"] == "manual"
@@ -295,7 +296,7 @@ def test_renditions_and_deliveries_are_shown(
 ) -> None:
     path = make_notebook(tmp_path / "sent.ipynb", nbcast={"name": "sent"})
     publish(db, path, tenant="default", author="t", now=T0)
-    run_id = run_now(db, FixedClock(T0), "default", "sent", {})
+    run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "sent", {})
     with db.session() as session:
         session.add_all(
             [

@@ -67,7 +67,7 @@ def attempts(db: Database, run_id: int) -> list[RunAttempt]:
 
 def test_a_run_executes_and_its_notebook_is_stored(db: Database, tmp_path: Path) -> None:
     define(db, tmp_path, "square", "result = n * n\nprint(result)")
-    run_id = run_now(db, SystemClock(), "default", "square", {"n": 7})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "square", {"n": 7})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         stats = make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
@@ -88,7 +88,7 @@ def test_a_failing_cell_is_retried_then_recorded(db: Database, tmp_path: Path) -
     define(db, tmp_path, "broken", "x = 1\nraise ValueError('bad data for ' + str(n))")
     with db.session() as session:
         set_quota(session, "default", max_attempts=2)
-    run_id = run_now(db, SystemClock(), "default", "broken", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "broken", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
@@ -104,7 +104,7 @@ def test_a_run_over_its_timeout_is_timed_out(db: Database, tmp_path: Path) -> No
     define(db, tmp_path, "slow", "import time\ntime.sleep(60)")
     with db.session() as session:
         set_quota(session, "default", run_timeout_s=3)
-    run_id = run_now(db, SystemClock(), "default", "slow", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "slow", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
@@ -113,7 +113,7 @@ def test_a_run_over_its_timeout_is_timed_out(db: Database, tmp_path: Path) -> No
 
 def test_cancelling_a_running_run(db: Database, tmp_path: Path) -> None:
     define(db, tmp_path, "slow", "import time\ntime.sleep(60)")
-    run_id = run_now(db, SystemClock(), "default", "slow", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "slow", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         worker = make_worker(db, tmp_path, engine, lease_seconds=1.5)
         while run_state(db, run_id).state != "RUNNING":
@@ -131,9 +131,9 @@ def test_a_variable_of_one_run_is_not_visible_to_the_next(db: Database, tmp_path
     define(db, tmp_path, "second", "assert 'leaked_secret' not in globals(), 'state leaked'")
     with LocalEngine(capacity=1, pool_size=1) as engine:
         worker = make_worker(db, tmp_path, engine)
-        first = run_now(db, SystemClock(), "default", "first", {})
+        first = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "first", {})
         worker.run(exit_when_idle=True)
-        second = run_now(db, SystemClock(), "default", "second", {})
+        second = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "second", {})
         worker.run(exit_when_idle=True)
     assert run_state(db, first).state == "SUCCEEDED"
     assert run_state(db, second).state == "SUCCEEDED"
@@ -163,7 +163,9 @@ def test_an_outcome_survives_a_database_outage(tmp_path: Path) -> None:
 
         try:
             define(db, tmp_path, "square", "result = n * n")
-            run_id = run_now(db, SystemClock(), "default", "square", {"n": 3})
+            run_id = run_now(
+                db, SystemClock(), Caller(tenant="default", user="t"), "square", {"n": 3}
+            )
             with LocalEngine(capacity=1, pool_size=0) as engine:
                 worker = make_worker(db, tmp_path, engine, lease_seconds=60.0)
                 assert worker._claim(1) == 1

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -81,8 +82,8 @@ def define(db: Database, tmp_path: Path, tenant: str, name: str, body: str) -> N
 def test_a_job_the_engine_refuses_fails_alone(db: Database, tmp_path: Path) -> None:
     define(db, tmp_path, "poisoned", "doomed", "print(n)")
     define(db, tmp_path, "default", "fine", "print(n)")
-    doomed = run_now(db, SystemClock(), "poisoned", "doomed", {})
-    fine = run_now(db, SystemClock(), "default", "fine", {})
+    doomed = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "doomed", {})
+    fine = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "fine", {})
     # What Ray says of a quota it cannot schedule: the same job is refused every time.
     refusal = ValueError("Resource quantities must be finite, got num_cpus=inf")
     refuse: dict[int, list[Exception]] = {doomed: [refusal, refusal, refusal]}
@@ -105,7 +106,7 @@ def test_a_job_the_engine_refuses_fails_alone(db: Database, tmp_path: Path) -> N
 
 def test_a_submit_that_fails_for_a_passing_reason_is_retried(db: Database, tmp_path: Path) -> None:
     define(db, tmp_path, "default", "flaky", "print(n)")
-    run_id = run_now(db, SystemClock(), "default", "flaky", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "flaky", {})
     refuse: dict[int, list[Exception]] = {run_id: [ConnectionError("Ray GCS unreachable")]}
     with RefusingEngine(refuse, capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
@@ -125,9 +126,9 @@ def test_an_outcome_the_database_refuses_does_not_hold_back_the_others(
     define(db, tmp_path, "poisoned", "broken", "raise ValueError('bad data')")
     with db.session() as session:
         set_quota(session, "poisoned", max_attempts=1)
-    fine = run_now(db, SystemClock(), "default", "fine", {})
-    costly = run_now(db, SystemClock(), "poisoned", "costly", {})
-    broken = run_now(db, SystemClock(), "poisoned", "broken", {})
+    fine = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "fine", {})
+    costly = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "costly", {})
+    broken = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "broken", {})
 
     def nonsense_usage(outcome: AttemptOutcome) -> AttemptOutcome:
         return dataclasses.replace(outcome, usage=[{"connection": "default", "rows": "many"}])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -77,7 +78,7 @@ def test_quotas_hold_with_four_claimers(pg_url: str, tmp_path: Path) -> None:
         path = make_notebook(tmp_path / f"{tenant}.ipynb", nbcast={"name": f"{tenant}-r"})
         publish(db, path, tenant=tenant, author="t")
         for _ in range(BACKLOG[tenant]):
-            run_now(db, SystemClock(), tenant, f"{tenant}-r", {})
+            run_now(db, SystemClock(), Caller(tenant=tenant, user="t"), f"{tenant}-r", {})
 
     first_round = RunQueue(db, SystemClock(), owner="probe").claim(4)
     assert "small" in {lease.tenant for lease in first_round}  # fair share: at once

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -36,7 +37,9 @@ def test_runs_run_on_both_nodes(ray_cluster: str, pg_url: str, tmp_path: Path) -
         nbcast={"name": "nap"},
     )
     publish(db, path, tenant="default", author="t")
-    ids = [run_now(db, SystemClock(), "default", "nap", {}) for _ in range(4)]
+    ids = [
+        run_now(db, SystemClock(), Caller(tenant="default", user="t"), "nap", {}) for _ in range(4)
+    ]
     env = {
         **os.environ,
         "NBCAST_DATABASE_URL": pg_url,

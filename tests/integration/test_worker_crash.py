@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -94,7 +95,7 @@ def test_sigkilled_workers_leave_exactly_one_success(
         nbcast={"name": "slow"},
     )
     publish(db, path, tenant="default", author="t")
-    run_id = run_now(db, SystemClock(), "default", "slow", {})
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "slow", {})
     env = {
         **os.environ,
         "NBCAST_DATABASE_URL": pg_url,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
@@ -168,15 +169,15 @@ def test_pause_and_resume(db: Database, tmp_path: Path) -> None:
     define(db, tmp_path, "hourly", {"cron": "0 * * * *", "overlap": "allow"})
     clock = FixedClock(T0 + timedelta(hours=1, minutes=1))
     Materializer(db, clock).tick()
-    assert control.pause(db, clock, "default", "hourly", by="t")
-    assert not control.pause(db, clock, "default", "hourly", by="t")
+    assert control.pause(db, clock, Caller(tenant="default", user="t"), "hourly")
+    assert not control.pause(db, clock, Caller(tenant="default", user="t"), "hourly")
     clock.advance(timedelta(hours=3))
     Materializer(db, clock).tick()
     assert len(rows(db)) == 1  # nothing new while paused
-    result = control.resume(db, clock, "default", "hourly", by="t")
+    result = control.resume(db, clock, Caller(tenant="default", user="t"), "hourly")
     assert result is not None
     assert result.skipped_paused == 3
-    assert control.resume(db, clock, "default", "hourly", by="t") is None
+    assert control.resume(db, clock, Caller(tenant="default", user="t"), "hourly") is None
     clock.advance(timedelta(hours=1))
     Materializer(db, clock).tick()
     assert [(k[-5:], s, r) for k, s, r in rows(db)] == [
@@ -195,11 +196,10 @@ def test_backfill(db: Database, tmp_path: Path) -> None:
     result = control.backfill(
         db,
         clock,
-        "default",
+        Caller(tenant="default", user="t"),
         "daily",
         datetime(2026, 3, 1, tzinfo=UTC),
         datetime(2026, 3, 9, tzinfo=UTC),
-        by="t",
     )
     assert (result.slots, result.inserted) == (8, 6)  # 03-07 and 03-08 already exist
     with db.session() as session:
@@ -207,7 +207,9 @@ def test_backfill(db: Database, tmp_path: Path) -> None:
     assert kinds["2026-03-01T07:00"] == "backfill"
     assert kinds["2026-03-08T07:00"] == "scheduled"
     with pytest.raises(ScheduleError, match="after 'daily''s watermark"):
-        control.backfill(db, clock, "default", "daily", T0, T0 + timedelta(days=30), by="t")
+        control.backfill(
+            db, clock, Caller(tenant="default", user="t"), "daily", T0, T0 + timedelta(days=30)
+        )
 
 
 def test_manual_runs_validate_parameters_and_write_nothing_when_bad(
@@ -215,14 +217,16 @@ def test_manual_runs_validate_parameters_and_write_nothing_when_bad(
 ) -> None:
     define(db, tmp_path, "daily", {"cron": "0 7 * * *"}, parameters={"region": "APAC"})
     clock = FixedClock(T0)
-    run_id = control.run_now(db, clock, "default", "daily", {"top_n": 3})
+    run_id = control.run_now(db, clock, Caller(tenant="default", user="t"), "daily", {"top_n": 3})
     with db.session() as session:
         run = session.get(Run, run_id)
         assert run is not None
         assert (run.kind, run.slot_key, run.state) == ("manual", None, "QUEUED")
         assert run.parameters == {"region": "APAC", "top_n": 3}
     with pytest.raises(ParameterValueError):
-        control.run_now(db, clock, "default", "daily", {"x=1\nimport os\ny": 1})
+        control.run_now(
+            db, clock, Caller(tenant="default", user="t"), "daily", {"x=1\nimport os\ny": 1}
+        )
     assert len(rows(db)) == 1
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.cli import main
 from nbcast.clock import FixedClock
 from nbcast.db import Database
@@ -77,11 +78,10 @@ def test_a_backfill_of_a_week_reports_five_different_days(db: Database, tmp_path
     result = control.backfill(
         db,
         clock,
-        "default",
+        Caller(tenant="default", user="t"),
         "daily",
         datetime(2026, 10, 5, tzinfo=UTC),
         datetime(2026, 10, 10, tzinfo=UTC),
-        by="t",
     )
     assert result.inserted == 5
     backfilled = [r for r in _runs(db) if r.kind == "backfill"]
@@ -103,7 +103,7 @@ def test_a_manual_run_takes_the_period_of_the_instant_it_is_for(
         db, tmp_path, clock.now(), schedule=DAILY, parameters={"report_date": PREVIOUS_BUSINESS_DAY}
     )
     at = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)  # Monday 10:30 in Berlin
-    run_id = control.run_now(db, clock, "default", "daily", {}, at=at)
+    run_id = control.run_now(db, clock, Caller(tenant="default", user="t"), "daily", {}, at=at)
     run = next(r for r in _runs(db) if r.id == run_id)
     assert run.parameters["report_date"] == "2026-10-30"  # the business day before Monday
     assert run.context["kind"] == "manual"
@@ -116,7 +116,7 @@ def test_a_manual_run_takes_the_period_of_the_instant_it_is_for(
     other = control.run_now(
         db,
         clock,
-        "default",
+        Caller(tenant="default", user="t"),
         "daily",
         {"report_date": {"$period": "slot", "steps": [{"months": -1}], "format": "%Y-%m"}},
         at=at,

@@ -13,10 +13,11 @@ batch, :class:`Facts`):
   are sent instead — asked for first, if they do not exist yet (the row is then
   released, unsent, until they are rendered);
 
-  neither applies to a **backfill** run's rows, and they supersede nothing: a backfill
-  is asked for on purpose, for past periods, and every run reports its own period
-  (:mod:`nbcast.scheduler.period`), so its reports are late by design and replace no
-  other — ``nbcast backfill`` of last week sends last week's five reports;
+  neither applies to the rows of a **backfill** or a **rerun**, and they supersede
+  nothing: such a run is asked for on purpose, for a period that has passed, and every
+  run reports its own period (:mod:`nbcast.scheduler.period`), so its reports are late
+  by design and replace no other — ``nbcast backfill`` of last week sends last week's
+  five reports;
 - FAILED ``render_failed`` when a rendition it needs failed;
 - SUPPRESSED ``no_results`` (``only_if: results``) when no marked table has a row;
 - SUPPRESSED ``unchanged`` (``only_if: changed``) when the **content digest** — of
@@ -62,7 +63,7 @@ from nbcast.delivery.models import (
 from nbcast.delivery.rendering import report_infos
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import ALL_REPORTS, normalized
-from nbcast.executor.models import Run, RunKind
+from nbcast.executor.models import DELIBERATE_KINDS, Run
 
 __all__ = [
     "DIGEST_CACHE_SIZE",
@@ -126,7 +127,7 @@ class Facts:
                     Delivery.definition_id.in_(sorted({r.definition_id for r in claimed})),
                     Delivery.recipient.in_(recipients),
                     Delivery.state == DeliveryState.SENT.value,
-                    Run.kind != RunKind.backfill,
+                    Run.kind.not_in(sorted(DELIBERATE_KINDS)),
                 )
                 .group_by(Delivery.definition_id, Delivery.channel, Delivery.recipient)
             )
@@ -237,14 +238,14 @@ class Decider:
         scopes = (ALL_REPORTS, report.definition)
         if {(row.tenant_id, scope, row.channel, who) for scope in scopes} & facts.unsubscribed:
             return Verdict(DeliveryState.SUPPRESSED, DeliveryReason.unsubscribed)
-        backfill = row.run_kind == RunKind.backfill
+        deliberate = row.run_kind in DELIBERATE_KINDS
         newest = facts.newest_sent.get((row.definition_id, row.channel, row.recipient))
-        if not backfill and newest is not None and newest > row.fire_at:
+        if not deliberate and newest is not None and newest > row.fire_at:
             return Verdict(DeliveryState.SUPPRESSED, DeliveryReason.superseded)
         variant = ""
         schedule = spec.schedule
         if (
-            not backfill
+            not deliberate
             and schedule
             and schedule.staleness_after is not None
             and now - row.fire_at > schedule.staleness_after

@@ -90,7 +90,7 @@ class ClaimedDelivery:
     version_id: int
     notebook_sha: str | None
     run_kind: str = "scheduled"
-    """The run's kind: a ``backfill`` run is neither superseded nor stale
+    """The run's kind: a backfill or a rerun is neither superseded nor stale
     (:mod:`nbcast.delivery.ledger.decision`)."""
 
 
