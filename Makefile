@@ -9,7 +9,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 # The demo's and the tests' Ray clusters live on loopback only: no token auth.
 export RAY_AUTH_MODE := disabled
 
-.PHONY: demo docs-images test lint typecheck install lake clean bench
+.PHONY: demo docs-images test lint typecheck install lake clean bench chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,14 @@ demo: install lake
 docs-images: install lake
 	NBCAST_DEMO_DOCS=1 $(BIN)/python scripts/demo.py
 
-test: install lake
+# The browser tests drive Debian's chromium through Playwright (Playwright cannot
+# download its own browser here). Installed when missing; needs root or sudo.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: install lake chromium
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 	$(BIN)/mypy

@@ -12,6 +12,8 @@ variable                    meaning
                             nbcast.db``. Production: ``postgresql+psycopg://…``
 ``NBCAST_TENANT``           the tenant commands act for (default ``default``)
 ``NBCAST_USER``             the author recorded on publish (default: login name)
+``NBCAST_ARTIFACTS``        the artifact store: a folder or an fsspec URL
+                            (default ``$NBCAST_HOME/artifacts``)
 ==========================  =====================================================
 
 The home folder holds live signing keys, executed reports and the embedded
@@ -49,6 +51,8 @@ class Settings:
     database_url: str
     tenant: str = DEFAULT_TENANT
     user: str = "nbcast"
+    artifacts: str | None = None
+    """``NBCAST_ARTIFACTS``: the artifact store's folder or URL (None: the default)."""
 
     @property
     def is_embedded(self) -> bool:
@@ -57,8 +61,13 @@ class Settings:
 
     @property
     def artifacts_dir(self) -> Path:
-        """The local artifact store's root."""
+        """The default local artifact store's root (``$NBCAST_HOME/artifacts``)."""
         return self.home / "artifacts"
+
+    @property
+    def artifacts_location(self) -> str:
+        """Where the artifact store is (:func:`nbcast.artifacts.open_store` opens it)."""
+        return self.artifacts or str(self.artifacts_dir)
 
 
 def _login_name() -> str:
@@ -124,7 +133,10 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     user = env.get("NBCAST_USER") or _login_name()
     if not _USER_NAME.fullmatch(user) or not storable_text(user):
         raise ConfigError(f"NBCAST_USER: {clip(user)} must be 1-128 printable characters")
-    return Settings(home=home, database_url=url, tenant=tenant, user=user)
+    artifacts = env.get("NBCAST_ARTIFACTS", "").strip() or None
+    if artifacts is not None and "\x00" in artifacts:
+        raise ConfigError("NBCAST_ARTIFACTS: contains a NUL character")
+    return Settings(home=home, database_url=url, tenant=tenant, user=user, artifacts=artifacts)
 
 
 def prepare_home(home: Path) -> Path:

@@ -2,7 +2,8 @@
 
 One module per area (:mod:`~nbcast.cli.definitions`, :mod:`~nbcast.cli.schedule`,
 :mod:`~nbcast.cli.scheduler`, :mod:`~nbcast.cli.runs`, :mod:`~nbcast.cli.tenants`,
-:mod:`~nbcast.cli.worker`, :mod:`~nbcast.cli.delivery`, :mod:`~nbcast.cli.db`), each
+:mod:`~nbcast.cli.worker`, :mod:`~nbcast.cli.delivery`, :mod:`~nbcast.cli.db`,
+:mod:`~nbcast.cli.server`), each
 listing its ``COMMANDS``; :mod:`~nbcast.cli.app` holds the typed application context
 and :mod:`~nbcast.cli.output` the shared output helpers. No command holds SQL of its
 own: each calls the planes' query and command functions.
@@ -30,7 +31,17 @@ from typing import Any
 
 import click
 
-from nbcast.cli import db, definitions, delivery, runs, schedule, scheduler, tenants, worker
+from nbcast.cli import (
+    db,
+    definitions,
+    delivery,
+    runs,
+    schedule,
+    scheduler,
+    server,
+    tenants,
+    worker,
+)
 from nbcast.cli.app import AppContext
 from nbcast.config import Settings, load_settings
 from nbcast.errors import NbcastError
@@ -62,7 +73,7 @@ def cli(ctx: click.Context, tenant: str | None) -> None:
     ctx.obj = AppContext(settings, tenant_named=bool(tenant))
 
 
-for _area in (db, definitions, schedule, scheduler, runs, worker, tenants, delivery):
+for _area in (db, definitions, schedule, scheduler, runs, worker, tenants, delivery, server):
     for _command in _area.COMMANDS:
         cli.add_command(_command)
 

@@ -20,7 +20,7 @@ def _plane(
     app: AppContext, name: str | None = None, *, lease_seconds: float = 120.0, senders: int = 1
 ) -> tuple[Any, Any]:
     """The ledger and the render queue, configured from the environment."""
-    from nbcast.artifacts import LocalArtifactStore
+    from nbcast.artifacts import open_store
     from nbcast.delivery.channels import build_channels
     from nbcast.delivery.ledger import Ledger
     from nbcast.delivery.rendering import RenderQueue
@@ -28,7 +28,7 @@ def _plane(
     from nbcast.delivery.signing import load_signer
 
     settings = load_delivery_settings()
-    store = LocalArtifactStore(app.settings.artifacts_dir)
+    store = open_store(app.settings.artifacts_location)
     owner = name or f"delivery-{socket.gethostname()}:{os.getpid()}"
     ledger = Ledger(
         app.db,

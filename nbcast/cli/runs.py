@@ -173,7 +173,7 @@ def runs_show(app: AppContext, run_id: int, as_json: bool) -> None:
     from nbcast.artifacts import open_store
     from nbcast.executor.queries import get_run
 
-    store = open_store(app.settings.artifacts_dir)
+    store = open_store(app.settings.artifacts_location)
     with app.db.session() as session:
         detail = get_run(session, app.caller, run_id, artifacts=store)
     if as_json:

@@ -93,7 +93,7 @@ def worker(
             app.clock,
             runner,
             name=service_name(name),
-            artifacts=str(settings.artifacts_dir),
+            artifacts=settings.artifacts_location,
             work_dir=default_work_dir(settings.home),
             lease_seconds=lease_seconds,
             lake=os.environ.get("NBCAST_LAKE"),

@@ -1,0 +1,41 @@
+"""``nbcast serve``: the server extension on a jupyter-server of its own."""
+
+from __future__ import annotations
+
+import click
+
+__all__: list[str] = []
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--ip", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8888, show_default=True, help="Port."
+)
+@click.option(
+    "--embedded-services/--no-embedded-services",
+    default=None,
+    help="Run the scheduler, a worker and a delivery worker as supervised children "
+    "(default: with the embedded database).",
+)
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+def serve(ip: str, port: int, embedded_services: bool | None, server_args: tuple[str, ...]) -> None:
+    """Start a jupyter-server with nbcast's extension alone: the API under
+    /nbcast/api/v1, the status page at /nbcast/, signed links, unsubscribe and metrics.
+    It prints its URL with the token. Further arguments go to jupyter-server
+    (e.g. --ServerApp.base_url=/reports/ or --NbcastApp.tenant_map=…)."""
+    from nbcast.server_extension.app import ServeApp
+
+    argv = [
+        f"--ServerApp.ip={ip}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.open_browser=False",
+    ]
+    if embedded_services is not None:
+        argv.append(f"--NbcastApp.embedded_services={embedded_services}")
+    ServeApp.launch_instance(argv=[*argv, *server_args])  # type: ignore[no-untyped-call]
+
+
+COMMANDS = [serve]
+"""The commands this module adds to ``nbcast``."""

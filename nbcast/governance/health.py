@@ -1,0 +1,132 @@
+"""How the services are doing: their heartbeat rows and the scheduler's lag.
+
+Every service process keeps a heartbeat row (:mod:`nbcast.daemon`). A row is
+**alive** when its state is not ``stopped`` and its last beat is at most
+:data:`STALE_AFTER` old — a few heartbeats (default every 5 s) — otherwise the
+process stopped or died. The **scheduler lag** is how long the oldest due slot has
+waited to be materialized: zero when the scheduler keeps up. Service rows belong to
+the installation, not to a tenant: they name hosts and processes, never a report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.clock import format_instant
+from nbcast.governance.models import ServiceHeartbeat
+
+__all__ = ["STALE_AFTER", "Health", "ServiceRecord", "health"]
+
+STALE_AFTER = timedelta(seconds=30)
+"""A heartbeat older than this belongs to a process that is gone."""
+
+MAX_SERVICES = 500
+"""Heartbeat rows listed at most (newest beats first)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceRecord:
+    """One service process as its heartbeat row tells it."""
+
+    kind: str
+    name: str
+    host: str
+    pid: int
+    version: str
+    state: str
+    alive: bool
+    started_at: datetime
+    beat_at: datetime
+    lag_s: float
+    """Seconds since its last heartbeat."""
+    iterations: int
+    errors: int
+    last_error: str | None
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "state": self.state,
+            "alive": self.alive,
+            "started_at": format_instant(self.started_at),
+            "beat_at": format_instant(self.beat_at),
+            "lag_s": round(self.lag_s, 3),
+            "iterations": self.iterations,
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Health:
+    """The services and the scheduler's lag (module docstring)."""
+
+    services: list[ServiceRecord]
+    scheduler_lag_s: float
+    """Seconds the oldest due, unmaterialized slot has waited (0: none waits)."""
+    checked_at: datetime
+
+    def alive(self, kind: str) -> int:
+        """How many services of ``kind`` are alive."""
+        return sum(1 for s in self.services if s.kind == kind and s.alive)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: ``ok`` when a scheduler, a worker and a delivery worker are
+        alive and the scheduler keeps up (lag under a minute)."""
+        kinds = ("scheduler", "worker", "delivery-worker")
+        return {
+            "ok": all(self.alive(k) for k in kinds) and self.scheduler_lag_s < 60,
+            "checked_at": format_instant(self.checked_at),
+            "alive": {k: self.alive(k) for k in kinds},
+            "scheduler_lag_s": round(self.scheduler_lag_s, 3),
+            "services": [s.to_json() for s in self.services],
+        }
+
+
+def health(session: Session, now: datetime) -> Health:
+    """The services' heartbeats and the scheduler's lag as of ``now``."""
+    from nbcast.scheduler.models import ScheduleState
+
+    rows = session.scalars(
+        sa.select(ServiceHeartbeat)
+        .order_by(ServiceHeartbeat.beat_at.desc(), ServiceHeartbeat.id)
+        .limit(MAX_SERVICES)
+    ).all()
+    services = [
+        ServiceRecord(
+            kind=row.kind,
+            name=row.name,
+            host=row.host,
+            pid=row.pid,
+            version=row.version,
+            state=row.state,
+            alive=row.state != "stopped" and now - row.beat_at <= STALE_AFTER,
+            started_at=row.started_at,
+            beat_at=row.beat_at,
+            lag_s=max((now - row.beat_at).total_seconds(), 0.0),
+            iterations=row.iterations,
+            errors=row.errors,
+            last_error=row.last_error,
+            detail=dict(row.detail or {}),
+        )
+        for row in rows
+    ]
+    oldest_due = session.scalar(
+        sa.select(sa.func.min(ScheduleState.next_fire_at)).where(
+            ScheduleState.paused.is_(False), ScheduleState.next_fire_at <= now
+        )
+    )
+    lag = (now - oldest_due).total_seconds() if oldest_due is not None else 0.0
+    return Health(services=services, scheduler_lag_s=max(lag, 0.0), checked_at=now)

@@ -1,0 +1,188 @@
+"""The base of every nbcast handler: its state, its caller, its errors, its input.
+
+- :attr:`NbcastMixin.state` — the extension's :class:`~nbcast.server_extension.state.ServerState`;
+- :attr:`NbcastMixin.caller` — who the authenticated user acts as
+  (:func:`~nbcast.server_extension.identity.caller_for`);
+- :meth:`NbcastMixin.call` — runs a command-layer function in the extension's thread
+  pool, so a query never blocks the server's event loop;
+- :class:`ApiHandler` — JSON in and out; every error is the one JSON shape of
+  :mod:`nbcast.server_extension.errors`, with a 4xx status for anything nbcast
+  refused, and nothing is logged with a traceback unless it was a bug.
+
+Handlers decorate every method with jupyter-server's ``@authorized`` (resource
+``nbcast``): authentication and authorization stay the server's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+
+from nbcast.access import Caller
+from nbcast.errors import AccessDeniedError, ConfigError, NbcastError
+from nbcast.limits import json_problem, storable_text
+from nbcast.server_extension.errors import ApiError, error_body, status_of
+from nbcast.server_extension.identity import caller_for
+from nbcast.server_extension.state import ServerState
+
+__all__ = ["STATE_KEY", "ApiHandler", "NbcastMixin"]
+
+STATE_KEY = "nbcast_state"
+"""The tornado settings key of the :class:`ServerState`."""
+
+MAX_JSON_BODY = 32 * 1024 * 1024
+"""The largest JSON body accepted (a published notebook is the largest)."""
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class NbcastMixin:
+    """State, caller and thread-pool calls for any nbcast handler."""
+
+    settings: dict[str, Any]
+    current_user: Any
+    auth_resource = "nbcast"
+
+    @property
+    def state(self) -> ServerState:
+        """The extension's shared state."""
+        return self.settings[STATE_KEY]  # type: ignore[no-any-return]
+
+    @property
+    def caller(self) -> Caller:
+        """Who the request acts for; AccessDeniedError if the user has no tenant."""
+        options = self.state.options
+        return caller_for(self.current_user, options.tenant_map, options.default_tenant)
+
+    def require_admin(self) -> Caller:
+        """The caller, if it is one of the operator's users (``admin_users``)."""
+        caller = self.caller
+        if caller.user not in self.state.options.admin_users:
+            raise AccessDeniedError(f"{caller.user} is not an nbcast administrator")
+        return caller
+
+    async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``function(*args, **kwargs)`` in the extension's thread pool."""
+        return await self.state.run(function, *args, **kwargs)
+
+
+class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
+    """A JSON API handler (module docstring)."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every error as ``{"error": {code, message, field}}``, with the status its
+        exception deserves (:func:`~nbcast.server_extension.errors.status_of`)."""
+        exc_info = kwargs.get("exc_info")
+        if exc_info and exc_info[1] is not None:
+            status, code, message, field = status_of(exc_info[1])
+        else:
+            status, code, message, field = status_code, f"http_{status_code}", "", None
+            message = self._reason or message
+        if status != self.get_status():
+            self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(error_body(status, code, message, field)))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """Log a traceback for bugs only: nbcast's refusals are the caller's problem."""
+        if isinstance(value, (NbcastError, ApiError)):
+            log.info("%s %s: %s", self.request.method, self.request.path, value)
+            return
+        super().log_exception(typ, value, tb)
+
+    def write_json(self, body: Any, status: int = 200) -> None:
+        """Answer ``body`` as JSON."""
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body, ensure_ascii=False, default=_default))
+
+    # -- input ------------------------------------------------------------------
+
+    def json_body(self) -> Any:
+        """The request's JSON body, checked for size, depth and text nbcast cannot
+        store; ApiError 400 otherwise."""
+        raw = self.request.body or b""
+        if len(raw) > MAX_JSON_BODY:
+            raise ApiError(
+                413, f"the body is larger than {MAX_JSON_BODY:,} bytes", code="too_large"
+            )
+        if not raw.strip():
+            raise ApiError(400, "a JSON body is required", field="body")
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "the body is not JSON", field="body") from None
+        problem = json_problem(body)
+        if problem:
+            raise ApiError(400, f"the body {problem}", field="body")
+        return body
+
+    def json_object(self) -> dict[str, Any]:
+        """The JSON body, which must be an object."""
+        body = self.json_body()
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object", field="body")
+        return body
+
+    def query(self, name: str, *, max_length: int = 200) -> str | None:
+        """Query parameter ``name`` (None when absent), at most ``max_length`` chars."""
+        values = self.request.query_arguments.get(name)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise ApiError(400, f"{name} is given more than once", field=name)
+        try:
+            value = values[0].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, f"{name} is not UTF-8", field=name) from None
+        if len(value) > max_length:
+            raise ApiError(400, f"{name} is longer than {max_length} characters", field=name)
+        if not storable_text(value):
+            raise ApiError(400, f"{name} holds characters nbcast cannot store", field=name)
+        return value
+
+    def query_int(self, name: str, *, low: int, high: int) -> int | None:
+        """Integer query parameter ``name`` in ``[low, high]`` (None when absent)."""
+        raw = self.query(name, max_length=24)
+        if raw is None:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, f"{name} must be a whole number", field=name) from None
+        if not low <= value <= high:
+            raise ApiError(400, f"{name} must be from {low:,} to {high:,}", field=name)
+        return value
+
+    def query_instant(self, name: str) -> datetime | None:
+        """ISO 8601 instant query parameter ``name`` (with an offset), None when absent."""
+        from nbcast.clock import parse_instant
+
+        raw = self.query(name, max_length=64)
+        if raw is None:
+            return None
+        try:
+            return parse_instant(raw)
+        except ConfigError as exc:
+            raise ApiError(400, f"{name}: {exc}", field=name) from None
+
+    def path_int(self, name: str, value: str) -> int:
+        """A path segment that must be a positive id."""
+        if not value.isdigit() or len(value) > 19:
+            raise ApiError(404, f"no {name} {value[:40]!r}", code="not_found", field=name)
+        return int(value)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        from nbcast.clock import format_instant
+
+        return format_instant(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
