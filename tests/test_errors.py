@@ -10,6 +10,9 @@ import nbcast.errors as errors
 
 SAMPLES: dict[str, errors.NbcastError] = {
     "NbcastError": errors.NbcastError("boom"),
+    "NotFoundError": errors.NotFoundError("no such report"),
+    "AccessDeniedError": errors.AccessDeniedError("viewers may not publish"),
+    "ConflictError": errors.ConflictError("run 7 is running"),
     "ConfigError": errors.ConfigError("bad setting"),
     "StorageError": errors.StorageError("db down"),
     "SchedulerLockedError": errors.SchedulerLockedError("locked by pid 7"),
@@ -27,6 +30,8 @@ SAMPLES: dict[str, errors.NbcastError] = {
     "NotebookExecutionError": errors.NotebookExecutionError(
         3, "ZeroDivisionError", "division by zero", ("Traceback", "line 1")
     ),
+    "UnknownRunError": errors.UnknownRunError("no run 7"),
+    "RunFinishedError": errors.RunFinishedError("run 7 ended"),
     "RunTimeoutError": errors.RunTimeoutError("over 600 s"),
     "RunCancelledError": errors.RunCancelledError("cancelled by ana"),
     "OutputTooLargeError": errors.OutputTooLargeError("cell 3 printed 9 MiB", 3),

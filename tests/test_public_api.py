@@ -214,6 +214,7 @@ NOT_IMPORTED = {
     "psycopg": "the driver SQLAlchemy loads for postgresql+psycopg:// URLs",
     "matplotlib": "preloaded into every kernel by name; the example reports plot with it",
     "tzdata": "the IANA zones, read as package data (importlib.resources)",
+    "jupyterlab": "`jupyter lab` serves the server extension and nbcast's prebuilt lab extension",
 }
 IMPORT_NAMES = {"slack-sdk": "slack_sdk", "beautifulsoup4": "bs4"}
 
