@@ -1,0 +1,531 @@
+"""``/nbcast/api/v1/runs``: runs listed and shown, cancelled and rerun, and their files.
+
+Thin faces over the execution plane's command layer — :func:`~nbcast.executor.queries.list_runs`
+and :func:`~nbcast.executor.queries.get_run` (the records ``nbcast runs list|show --json``
+print), :func:`~nbcast.executor.control.cancel_run` and
+:func:`~nbcast.scheduler.control.rerun_run` — each scoped to the caller's tenant, so
+another tenant's run is "not found" (404) on every route here.
+
+Downloads (the executed notebook, each rendition) are served as attachments with
+``X-Content-Type-Options: nosniff`` and ``Content-Security-Policy: sandbox``: a
+notebook's HTML is the notebook author's, and must never run as this origin's page.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from sqlalchemy.orm import Session
+
+from nbcast.access import Caller, Page, encode_cursor
+from nbcast.errors import ConfigError, NotFoundError
+from nbcast.executor.control import MAX_RUN_ID, cancel_run, own_run, run_not_found
+from nbcast.executor.models import RunKind, RunState
+from nbcast.executor.queries import get_run, list_runs
+from nbcast.executor.records import RunDetail, RunRecord
+from nbcast.governance.tenants import get_tenant
+from nbcast.scheduler.control import rerun_run
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
+from nbcast.server_extension.routes import API, Operation, Param, route
+
+__all__ = [
+    "MAX_LIST",
+    "RUN_ID",
+    "RunCancelHandler",
+    "RunHandler",
+    "RunNotebookHandler",
+    "RunRenditionHandler",
+    "RunRerunHandler",
+    "RunsHandler",
+    "known_tenant",
+    "require_run_tenant",
+    "send_attachment",
+]
+
+MAX_LIST = 500
+"""The most items one page of an API list holds."""
+
+NOTEBOOK_MEDIA = "application/x-ipynb+json"
+
+RUN_ID = Param(
+    "run_id",
+    "path",
+    {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID},
+    description="The run's id",
+)
+LIMIT = Param(
+    "limit",
+    schema={"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 50},
+    description=f"Items per page (1 to {MAX_LIST})",
+)
+
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_NULLABLE_OBJECT = {"type": ["object", "null"]}
+
+ERROR_INFO = schema(
+    "RunError",
+    {
+        "type": "object",
+        "description": "Why an attempt or a run failed: the exception, the failing cell "
+        "(papermill's index) and the source line that raised.",
+        "required": ["ename", "evalue", "cell_index", "line_number", "source_line"],
+        "properties": {
+            "ename": _NULLABLE_STRING,
+            "evalue": _NULLABLE_STRING,
+            "cell_index": _NULLABLE_INT,
+            "line_number": _NULLABLE_INT,
+            "source_line": _NULLABLE_STRING,
+            "reason": _NULLABLE_STRING,
+            "message": _NULLABLE_STRING,
+        },
+    },
+)
+_NULLABLE_ERROR = {"oneOf": [ERROR_INFO, {"type": "null"}]}
+
+RUN = schema(
+    "Run",
+    {
+        "type": "object",
+        "description": "A run as listed (the keys of `nbcast runs list --json`).",
+        "required": ["id", "definition", "kind", "state", "fire_at", "version", "parameters"],
+        "properties": {
+            "id": {"type": "integer"},
+            "definition": _STRING,
+            "slot_key": _NULLABLE_STRING,
+            "kind": {"type": "string", "enum": [k.value for k in RunKind]},
+            "state": {"type": "string", "enum": [s.value for s in RunState]},
+            "reason": _NULLABLE_STRING,
+            "fire_at": INSTANT,
+            "version": {"type": "integer"},
+            "parameters": {"type": "object"},
+            "created_at": INSTANT,
+            "attempt": {"type": "integer", "minimum": 0},
+            "artifact_sha256": _NULLABLE_STRING,
+            "started_at": NULLABLE_INSTANT,
+            "finished_at": NULLABLE_INSTANT,
+            "context": _NULLABLE_OBJECT,
+            "rerun_of": _NULLABLE_INT,
+        },
+    },
+)
+RUN_PAGE = schema(
+    "RunPage",
+    {
+        "type": "object",
+        "required": ["items", "next"],
+        "properties": {
+            "items": {"type": "array", "items": RUN},
+            "next": {
+                "type": ["string", "null"],
+                "description": "The next page's `after` (null: this is the last page)",
+            },
+        },
+    },
+)
+ATTEMPT = schema(
+    "Attempt",
+    {
+        "type": "object",
+        "required": ["attempt", "outcome", "worker", "engine", "started_at", "error"],
+        "properties": {
+            "attempt": {"type": "integer"},
+            "outcome": _NULLABLE_STRING,
+            "worker": _STRING,
+            "host": _STRING,
+            "engine": _STRING,
+            "started_at": INSTANT,
+            "ended_at": NULLABLE_INSTANT,
+            "duration_s": _NULLABLE_NUMBER,
+            "kernel_start_s": _NULLABLE_NUMBER,
+            "artifact_sha256": _NULLABLE_STRING,
+            "error": _NULLABLE_ERROR,
+        },
+    },
+)
+RUN_DETAIL = schema(
+    "RunDetail",
+    {
+        "type": "object",
+        "description": "Everything about one run (the keys of `nbcast runs show --json`).",
+        "required": [
+            "id",
+            "tenant",
+            "definition",
+            "state",
+            "parameters",
+            "context",
+            "attempts",
+            "renditions",
+            "deliveries",
+        ],
+        "properties": {
+            "id": {"type": "integer"},
+            "tenant": _STRING,
+            "definition": _STRING,
+            "version": {"type": "integer"},
+            "slot_key": _NULLABLE_STRING,
+            "kind": {"type": "string", "enum": [k.value for k in RunKind]},
+            "fire_at": INSTANT,
+            "state": {"type": "string", "enum": [s.value for s in RunState]},
+            "reason": _NULLABLE_STRING,
+            "created_at": INSTANT,
+            "started_at": NULLABLE_INSTANT,
+            "finished_at": NULLABLE_INSTANT,
+            "not_before": INSTANT,
+            "parameters": {"type": "object"},
+            "context": _NULLABLE_OBJECT,
+            "rerun_of": _NULLABLE_INT,
+            "attempt": {"type": "integer"},
+            "notebook_sha256": _NULLABLE_STRING,
+            "error": _NULLABLE_ERROR,
+            "cancel_requested_at": NULLABLE_INSTANT,
+            "cancel_requested_by": _NULLABLE_STRING,
+            "attempts": {"type": "array", "items": ATTEMPT},
+            "renditions": {"type": "array", "items": {"$ref": "#/components/schemas/Rendition"}},
+            "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
+        },
+    },
+)
+CANCEL = schema(
+    "CancelResult",
+    {
+        "type": "object",
+        "required": ["run_id", "state", "cancel", "requested_at", "requested_by"],
+        "properties": {
+            "run_id": {"type": "integer"},
+            "state": {"type": "string", "enum": [s.value for s in RunState]},
+            "cancel": {"type": "string", "enum": ["requested"]},
+            "requested_at": INSTANT,
+            "requested_by": _STRING,
+            "already_requested": {"type": "boolean"},
+            "next": _STRING,
+        },
+    },
+)
+RERUN = schema(
+    "Rerun",
+    {
+        "type": "object",
+        "required": ["id", "rerun_of", "kind", "state"],
+        "properties": {
+            "id": {"type": "integer"},
+            "rerun_of": {"type": "integer"},
+            "kind": {"type": "string", "enum": ["rerun"]},
+            "state": {"type": "string", "enum": ["QUEUED"]},
+        },
+    },
+)
+
+
+# -- shared with the other handler modules of runs and deliveries ------------------
+
+
+def known_tenant(session: Session, caller: Caller) -> bool:
+    """Whether the caller's tenant has been created yet (a user whose tenant has no
+    row yet has nothing to list, and every id names nothing of theirs)."""
+    try:
+        get_tenant(session, caller.tenant)
+    except ConfigError:
+        return False
+    return True
+
+
+def require_run_tenant(session: Session, caller: Caller, run_id: int) -> None:
+    """:class:`~nbcast.errors.UnknownRunError` (404) when the caller's tenant does not
+    exist yet: nothing of theirs can be found, and "no tenant" is no business of a 400."""
+    if not known_tenant(session, caller):
+        raise run_not_found(run_id, caller.tenant)
+
+
+_FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def send_attachment(handler: ApiHandler, data: bytes, media_type: str, filename: str) -> None:
+    """Answer ``data`` as a download: an attachment the browser saves, never renders
+    as this origin's page (module docstring)."""
+    safe = _FILENAME_UNSAFE.sub("_", filename).strip("._")[:120] or "download"
+    handler.set_status(200)
+    handler.set_header("Content-Type", media_type)
+    handler.set_header("Content-Disposition", f'attachment; filename="{safe}"')
+    handler.set_header("X-Content-Type-Options", "nosniff")
+    handler.set_header("Content-Security-Policy", "sandbox")
+    handler.set_header("Cache-Control", "private, no-store")
+    handler.finish(data)
+
+
+# -- handlers ---------------------------------------------------------------------
+
+
+class _RunBase(ApiHandler):
+    def run_id(self, raw: str) -> int:
+        run_id = self.path_int("run_id", raw)
+        if not 1 <= run_id <= MAX_RUN_ID:
+            raise ApiError(404, f"no run {run_id}", code="not_found", field="run_id")
+        return run_id
+
+    def detail(self, run_id: int) -> RunDetail:
+        with self.state.db.session() as session:
+            require_run_tenant(session, self.caller, run_id)
+            return get_run(session, self.caller, run_id, artifacts=self.state.store)
+
+    def no_body(self) -> None:
+        """Refuse a body where the operation takes none (it would be ignored otherwise,
+        and a client that sends one expects it to mean something)."""
+        raw = (self.request.body or b"").strip()
+        if raw and raw != b"{}":
+            raise ApiError(400, "this operation takes no body", field="body")
+
+
+@route(
+    f"{API}/runs",
+    Operation(
+        "get",
+        "The tenant's runs by fire time (oldest first; order=desc for newest first), "
+        "a page at a time",
+        tag="runs",
+        params=(
+            Param("definition", description="Only this definition's runs (its name)"),
+            Param("state", description="Only runs in this state (" + "|".join(RunState) + ")"),
+            Param("kind", description="Only runs of this kind (" + "|".join(RunKind) + ")"),
+            Param("from", schema=INSTANT, description="Only runs firing at or after this"),
+            Param("until", schema=INSTANT, description="Only runs firing before this"),
+            Param("order", schema={"type": "string", "enum": ["asc", "desc"]}),
+            LIMIT,
+            Param(
+                "after",
+                description="The previous page's `next` cursor, or the id of the last run "
+                "seen (the page continues after it)",
+            ),
+        ),
+        response=RUN_PAGE,
+        errors=(400, 403, 404),
+    ),
+)
+class RunsHandler(_RunBase):
+    """The run list (:func:`~nbcast.executor.queries.list_runs`)."""
+
+    @authorized
+    async def get(self) -> None:
+        """One page of runs."""
+        caller = self.caller
+        order = self.query("order", max_length=8) or "asc"
+        if order not in ("asc", "desc"):
+            raise ApiError(400, "order must be asc or desc", field="order")
+        filters: dict[str, Any] = {
+            "definition": self.query("definition", max_length=255),
+            "state": self.query("state", max_length=32),
+            "kind": self.query("kind", max_length=32),
+            "since": self.query_instant("from"),
+            "until": self.query_instant("until"),
+            "order": order,
+            "limit": self.query_int("limit", low=1, high=MAX_LIST) or 50,
+        }
+        after = self.query("after", max_length=512)
+        page = await self.call(self._list, caller, after, filters)
+        self.write_json({"items": [r.to_json() for r in page.items], "next": page.next_after})
+
+    def _list(self, caller: Caller, after: str | None, filters: dict[str, Any]) -> Page[RunRecord]:
+        with self.state.db.session() as session:
+            if not known_tenant(session, caller):
+                if filters["definition"] is not None:
+                    raise NotFoundError(f"no definition named {filters['definition']!r}")
+                return Page([], None)
+            if after is not None and after.isdigit():
+                after = self._cursor_of(session, caller, after)
+            try:
+                return list_runs(session, caller, after=after, **filters)
+            except ConfigError as exc:
+                raise ApiError(400, str(exc), field=_field_of(str(exc))) from None
+
+    @staticmethod
+    def _cursor_of(session: Session, caller: Caller, after: str) -> str:
+        """The cursor that continues after run ``after`` (a run id) of the caller's."""
+        run_id = int(after) if len(after) <= 19 else 0
+        try:
+            run = own_run(session, caller, run_id)
+        except NotFoundError:
+            raise ApiError(400, f"after: no run {after[:20]} of yours", field="after") from None
+        return encode_cursor(run.fire_at, run.id)
+
+
+def _field_of(message: str) -> str | None:
+    for name, field in (("since", "from"), ("until", "until"), ("after", "after")):
+        if message.startswith(name) or f" {name} " in message:
+            return field
+    if "state" in message:
+        return "state"
+    if "kind" in message:
+        return "kind"
+    return None
+
+
+@route(
+    f"{API}/runs/{{run_id}}",
+    Operation(
+        "get",
+        "One run: context, parameters, attempts (why each failed: exception, failing cell "
+        "and line), renditions and deliveries",
+        tag="runs",
+        params=(RUN_ID,),
+        response=RUN_DETAIL,
+    ),
+)
+class RunHandler(_RunBase):
+    """One run (:func:`~nbcast.executor.queries.get_run`)."""
+
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """The run in full."""
+        self.caller  # noqa: B018 - a user without a tenant is refused before any work
+        detail = await self.call(self.detail, self.run_id(run_id))
+        self.write_json(detail.to_json())
+
+
+@route(
+    f"{API}/runs/{{run_id}}/cancel",
+    Operation(
+        "post",
+        "Ask for a queued or running run to be cancelled (a worker ends it CANCELLED)",
+        tag="runs",
+        params=(RUN_ID,),
+        response=CANCEL,
+        status=202,
+        errors=(400, 403, 404, 409),
+    ),
+)
+class RunCancelHandler(_RunBase):
+    """Cancel (:func:`~nbcast.executor.control.cancel_run`); a finished run is 409."""
+
+    @authorized
+    async def post(self, run_id: str) -> None:
+        """Write the cancel request (once)."""
+        caller = self.caller
+        number = self.run_id(run_id)
+        self.no_body()
+        result = await self.call(self._cancel, caller, number)
+        self.write_json(result.to_json(), status=202)
+
+    def _cancel(self, caller: Caller, run_id: int) -> Any:
+        with self.state.db.session() as session:
+            require_run_tenant(session, caller, run_id)
+        return cancel_run(self.state.db, self.state.clock, caller, run_id)
+
+
+@route(
+    f"{API}/runs/{{run_id}}/rerun",
+    Operation(
+        "post",
+        "Queue a finished run again: same version, parameters and context (kind rerun)",
+        tag="runs",
+        params=(RUN_ID,),
+        response=RERUN,
+        status=201,
+        errors=(400, 403, 404, 409),
+    ),
+)
+class RunRerunHandler(_RunBase):
+    """Rerun (:func:`~nbcast.scheduler.control.rerun_run`); a run still active is 409."""
+
+    @authorized
+    async def post(self, run_id: str) -> None:
+        """Queue the rerun; answer its id."""
+        caller = self.caller
+        number = self.run_id(run_id)
+        self.no_body()
+        new_id = await self.call(self._rerun, caller, number)
+        self.set_header("Location", f"{self.base_url.rstrip('/')}{API}/runs/{new_id}")
+        self.write_json(
+            {"id": new_id, "rerun_of": number, "kind": "rerun", "state": "QUEUED"}, status=201
+        )
+
+    def _rerun(self, caller: Caller, run_id: int) -> int:
+        with self.state.db.session() as session:
+            require_run_tenant(session, caller, run_id)
+        return rerun_run(self.state.db, self.state.clock, caller, run_id)
+
+
+@route(
+    f"{API}/runs/{{run_id}}/notebook",
+    Operation(
+        "get",
+        "Download the run's executed notebook (its latest attempt's, for a failed run)",
+        tag="runs",
+        params=(RUN_ID,),
+        media=NOTEBOOK_MEDIA,
+    ),
+)
+class RunNotebookHandler(_RunBase):
+    """The executed notebook from the artifact store, as an attachment."""
+
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """The notebook's bytes; 404 while the run has none."""
+        self.caller  # noqa: B018
+        detail, data = await self.call(self._notebook, self.run_id(run_id))
+        send_attachment(self, data, NOTEBOOK_MEDIA, f"{detail.definition}-run{detail.id}.ipynb")
+
+    def _notebook(self, run_id: int) -> tuple[RunDetail, bytes]:
+        detail = self.detail(run_id)
+        return detail, self._artifact(detail.notebook_sha256, f"run {run_id} has no notebook")
+
+    def _artifact(self, sha256: str | None, missing: str) -> bytes:
+        if sha256 is None:
+            raise ApiError(404, missing, code="not_found")
+        try:
+            return self.state.store.get(sha256)
+        except (KeyError, FileNotFoundError, ConfigError):
+            raise ApiError(
+                404, f"{missing} (not in the artifact store)", code="not_found"
+            ) from None
+
+
+@route(
+    f"{API}/runs/{{run_id}}/renditions/{{rendition_id}}",
+    Operation(
+        "get",
+        "Download one rendition of the run (HTML, PDF, XLSX, CSV) with its content type, "
+        "as an attachment (HTML also sandboxed)",
+        tag="runs",
+        params=(
+            RUN_ID,
+            Param(
+                "rendition_id",
+                "path",
+                {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID},
+                description="A rendition id from the run's `renditions`",
+            ),
+        ),
+        media="application/octet-stream",
+    ),
+)
+class RunRenditionHandler(RunNotebookHandler):
+    """One rendition's bytes (:func:`~nbcast.delivery.queries.renditions_of_run`)."""
+
+    @authorized
+    async def get(self, run_id: str, rendition_id: str) -> None:  # type: ignore[override]
+        """The rendition; 404 for one not rendered (yet, or ever)."""
+        self.caller  # noqa: B018
+        number = self.run_id(run_id)
+        rendition = self.path_int("rendition_id", rendition_id)
+        media, filename, data = await self.call(self._rendition, number, rendition)
+        send_attachment(self, data, media, filename)
+
+    def _rendition(self, run_id: int, rendition_id: int) -> tuple[str, str, bytes]:
+        detail = self.detail(run_id)
+        found = [r for r in detail.renditions if r.id == rendition_id]
+        if not found:
+            raise ApiError(404, f"run {run_id} has no rendition {rendition_id}", code="not_found")
+        [rendition] = found
+        missing = f"rendition {rendition_id} of run {run_id} is {rendition.state.value}"
+        sha256 = rendition.sha256 if rendition.state.value == "DONE" else None
+        data = self._artifact(sha256, missing)
+        media = rendition.media_type or "application/octet-stream"
+        filename = rendition.filename or f"{detail.definition}-run{run_id}.{rendition.format}"
+        return media, filename, data

@@ -1,0 +1,201 @@
+"""``/nbcast/api/v1/tenants``: tenants and their quotas, for the operator only.
+
+These act across tenants, so they belong to the operator's users
+(``NbcastApp.admin_users``): every handler calls
+:meth:`~nbcast.server_extension.handlers.base.NbcastMixin.require_admin` before any
+work, and anyone else gets 403 whatever the path names. The quota change is
+:func:`nbcast.governance.tenants.set_quota` — the validation ``nbcast tenants
+set-quota`` gets: known fields only, each above 0 and within
+:data:`~nbcast.governance.tenants.QUOTA_BOUNDS`, finite, whole where it must be.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+
+from nbcast.config import TENANT_NAME
+from nbcast.errors import ConfigError
+from nbcast.governance.models import Tenant
+from nbcast.governance.tenants import (
+    QUOTA_BOUNDS,
+    QUOTA_FIELDS,
+    get_tenant,
+    list_tenants,
+    set_quota,
+)
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import INSTANT, schema
+from nbcast.server_extension.routes import API, Operation, Param, route
+
+__all__ = ["TenantHandler", "TenantQuotaHandler", "TenantsHandler", "tenant_json"]
+
+
+def _quota_schema(field: str, nullable: bool) -> dict[str, Any]:
+    kind = "integer" if QUOTA_FIELDS[field] is int else "number"
+    out: dict[str, Any] = {
+        "type": [kind, "null"] if nullable else kind,
+        "exclusiveMinimum": 0,
+        "maximum": QUOTA_BOUNDS[field],
+    }
+    return out
+
+
+_NULLABLE_QUOTAS = {"warehouse_budget_bytes"}
+"""Quotas that may be null: no limit."""
+
+TENANT = schema(
+    "Tenant",
+    {
+        "type": "object",
+        "description": "A tenant and its quotas (the keys of `nbcast tenants list --json`).",
+        "required": ["name", *QUOTA_FIELDS],
+        "properties": {
+            "name": {"type": "string"},
+            "created_at": {"oneOf": [INSTANT, {"type": "null"}]},
+            **{f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
+        },
+    },
+)
+TENANT_LIST = schema(
+    "TenantList",
+    {
+        "type": "object",
+        "required": ["items"],
+        "properties": {"items": {"type": "array", "items": TENANT}},
+    },
+)
+QUOTA_CHANGE = schema(
+    "QuotaChange",
+    {
+        "type": "object",
+        "description": "The quotas to change (at least one); warehouse_budget_bytes null "
+        "removes the budget.",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
+    },
+)
+TENANT_PARAM = Param(
+    "tenant",
+    "path",
+    {"type": "string", "pattern": f"^{TENANT_NAME.pattern}$"},
+    description="The tenant's name",
+)
+
+
+def tenant_json(tenant: Tenant) -> dict[str, Any]:
+    """A tenant's JSON form: ``nbcast tenants list --json``'s keys, and when it was made."""
+    return {
+        "name": tenant.name,
+        "created_at": tenant.created_at,
+        **{f: getattr(tenant, f) for f in QUOTA_FIELDS},
+    }
+
+
+class _TenantBase(ApiHandler):
+    def tenant_name(self, raw: str) -> str:
+        if not TENANT_NAME.fullmatch(raw):
+            raise ApiError(404, f"no tenant {raw[:64]!r}", code="not_found", field="tenant")
+        return raw
+
+    def one(self, name: str) -> dict[str, Any]:
+        with self.state.db.session() as session:
+            try:
+                return tenant_json(get_tenant(session, name))
+            except ConfigError:
+                raise ApiError(404, f"no tenant {name!r}", code="not_found") from None
+
+
+@route(
+    f"{API}/tenants",
+    Operation(
+        "get",
+        "Every tenant with its quotas (operator only)",
+        tag="tenants",
+        response=TENANT_LIST,
+        admin=True,
+        errors=(403,),
+    ),
+)
+class TenantsHandler(_TenantBase):
+    """The tenants (:func:`~nbcast.governance.tenants.list_tenants`)."""
+
+    @authorized
+    async def get(self) -> None:
+        """Every tenant."""
+        self.require_admin()
+        self.write_json({"items": await self.call(self._all)})
+
+    def _all(self) -> list[dict[str, Any]]:
+        with self.state.db.session() as session:
+            return [tenant_json(t) for t in list_tenants(session)]
+
+
+@route(
+    f"{API}/tenants/{{tenant}}",
+    Operation(
+        "get",
+        "One tenant with its quotas (operator only)",
+        tag="tenants",
+        params=(TENANT_PARAM,),
+        response=TENANT,
+        admin=True,
+        errors=(403, 404),
+    ),
+)
+class TenantHandler(_TenantBase):
+    """One tenant."""
+
+    @authorized
+    async def get(self, tenant: str) -> None:
+        """The tenant; 404 when there is none of that name."""
+        self.require_admin()
+        self.write_json(await self.call(self.one, self.tenant_name(tenant)))
+
+
+@route(
+    f"{API}/tenants/{{tenant}}/quota",
+    Operation(
+        "patch",
+        "Change quotas of a tenant (operator only; the checks of `nbcast tenants set-quota`)",
+        tag="tenants",
+        params=(TENANT_PARAM,),
+        body=QUOTA_CHANGE,
+        response=TENANT,
+        admin=True,
+        errors=(400, 403, 404),
+    ),
+)
+class TenantQuotaHandler(_TenantBase):
+    """The quota change (:func:`~nbcast.governance.tenants.set_quota`)."""
+
+    @authorized
+    async def patch(self, tenant: str) -> None:
+        """Change the quotas named in the body; answer the tenant as it now is."""
+        self.require_admin()
+        name = self.tenant_name(tenant)
+        body = self.json_object()
+        if not body:
+            raise ApiError(400, "name at least one quota to change", field="body")
+        for field, value in body.items():
+            if field not in QUOTA_FIELDS:
+                raise ApiError(
+                    400,
+                    f"unknown quota {field[:64]!r} (known: {', '.join(QUOTA_FIELDS)})",
+                    field=field[:64],
+                )
+            if value is None and field not in _NULLABLE_QUOTAS:
+                raise ApiError(400, f"{field} needs a value", field=field)
+        self.write_json(await self.call(self._change, name, body))
+
+    def _change(self, name: str, values: dict[str, Any]) -> dict[str, Any]:
+        self.one(name)  # 404 before any write
+        try:
+            with self.state.db.session() as session:
+                return tenant_json(set_quota(session, name, **values))
+        except ConfigError as exc:
+            field = next((f for f in values if str(exc).startswith(f)), None)
+            raise ApiError(400, str(exc), field=field) from None
