@@ -113,6 +113,8 @@ def _operation(route: Route, index: int) -> tuple[str, dict[str, Any]]:
     responses: dict[str, Any] = {}
     if op.response is not None:
         content = {op.media: {"schema": op.response}}
+        for media, alternative in op.also:
+            content[media] = {} if alternative is None else {"schema": alternative}
         responses[str(op.status)] = {"description": "OK", "content": content}
     elif op.media != "application/json":
         responses[str(op.status)] = {"description": "The file", "content": {op.media: {}}}

@@ -87,6 +87,9 @@ class Operation:
     status: int = 200
     media: str = "application/json"
     """The success response's media type (a download: its type)."""
+    also: tuple[tuple[str, dict[str, Any] | None], ...] = ()
+    """Other media types the success response may have (chosen by a query parameter,
+    e.g. ``format=html``), each with its schema (None: none)."""
     admin: bool = False
     """Only for the operator's users (``NbcastApp.admin_users``)."""
     errors: tuple[int, ...] = (400, 403, 404)

@@ -1,0 +1,564 @@
+"""``/nbcast/api/v1/definitions``: report definitions listed, shown, diffed and published.
+
+Thin faces over the definitions plane — :mod:`nbcast.definitions.queries`
+(``list_definitions``, ``get_definition``, ``get_version``, ``list_versions``) and
+:func:`~nbcast.definitions.versions.publish` — each scoped to the caller's tenant, so
+another tenant's definition is "not found" (404). The scheduler's actions on one
+definition (pause, resume, run now, backfill, preview) and the diff of two versions
+are in
+:mod:`~nbcast.server_extension.handlers.api_definition_actions`.
+
+Every definition shown carries its next three fire times in its own zone with what
+DST does to each (:func:`nbcast.scheduler.upcoming.upcoming`).
+
+Publishing takes either ``{"path": …}`` — a notebook read through the server's
+contents manager, under its root folder (a path with ``..`` is refused; a side
+``.nbcast.toml`` is not read: the block must be in the notebook's metadata) — or
+``{"notebook": {…}}``, the notebook's JSON itself. A notebook published by path is
+bound to that file (the same definition ``nbcast publish`` of that file updates); one
+published as a body is bound to ``api:<name>``. Everything is validated before the
+database is touched, so a refused publish writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.decorator import authorized
+from sqlalchemy.orm import Session
+from tornado.web import HTTPError
+
+from nbcast.access import Caller
+from nbcast.definitions.notebook import LoadedNotebook, loaded_document, parse_notebook_text
+from nbcast.definitions.queries import (
+    DefinitionRecord,
+    VersionInfo,
+    get_definition,
+    get_version,
+    list_definitions,
+    list_versions,
+)
+from nbcast.definitions.spec import parse_spec
+from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
+from nbcast.errors import ConfigError, NbcastError, UnknownDefinitionError
+from nbcast.governance.tenants import get_tenant
+from nbcast.limits import MAX_NOTEBOOK_FILE_BYTES, clip
+from nbcast.scheduler.upcoming import upcoming
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
+from nbcast.server_extension.routes import API, Operation, Param, route
+
+__all__ = [
+    "DEFINITION_NAME",
+    "DIFF",
+    "MAX_DEFINITIONS_PAGE",
+    "NEXT_FIRES",
+    "VERSION_PARAM",
+    "DefinitionHandler",
+    "DefinitionVersionsHandler",
+    "DefinitionsHandler",
+    "definition_json",
+    "detail_json",
+    "require_tenant",
+]
+
+MAX_DEFINITIONS_PAGE = 500
+"""The most definitions one page lists."""
+DEFAULT_DEFINITIONS_PAGE = 100
+NEXT_FIRES = 3
+"""Fire times shown with each definition."""
+MAX_PATH_CHARS = 1_024
+"""The longest contents-manager path a publish accepts."""
+
+DEFINITION_NAME = Param(
+    "name",
+    "path",
+    {"type": "string", "minLength": 1, "maxLength": 200},
+    description="The definition's name",
+)
+
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+
+UPCOMING = schema(
+    "UpcomingFire",
+    {
+        "type": "object",
+        "description": "A coming slot in the definition's zone, with what DST does to it "
+        "(`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)').",
+        "required": ["slot_key", "local", "fire_at", "status", "reason", "note"],
+        "properties": {
+            "slot_key": _STRING,
+            "local": {"type": "string", "format": "date-time"},
+            "fire_at": INSTANT,
+            "status": {"type": "string", "enum": ["scheduled", "skipped"]},
+            "reason": _NULLABLE_STRING,
+            "note": _NULLABLE_STRING,
+        },
+    },
+)
+_LAST_RUN = {
+    "type": ["object", "null"],
+    "required": ["state", "reason", "fire_at"],
+    "properties": {"state": _STRING, "reason": _NULLABLE_STRING, "fire_at": NULLABLE_INSTANT},
+}
+_SCHEDULER = {
+    "paused": {"type": "boolean"},
+    "next_fire_at": NULLABLE_INSTANT,
+    "schedule_error": _NULLABLE_STRING,
+    "failures": {"type": "integer", "minimum": 0},
+    "last_run": _LAST_RUN,
+    "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
+}
+DEFINITION = schema(
+    "Definition",
+    {
+        "type": "object",
+        "description": "A definition as listed: its latest version's schedule and the "
+        "scheduler's view of it.",
+        "required": [
+            "name",
+            "latest_version",
+            "schedule",
+            "cron",
+            "every",
+            "timezone",
+            "paused",
+            "next_fire_at",
+            "last_run",
+            "next_fires",
+        ],
+        "properties": {
+            "name": _STRING,
+            "latest_version": {"type": "integer", "minimum": 1},
+            "schedule": {
+                "type": "string",
+                "description": "'<cron or every …> (<zone>)' or 'manual'",
+            },
+            "cron": _NULLABLE_STRING,
+            "every": _NULLABLE_STRING,
+            "timezone": _STRING,
+            "source_path": _STRING,
+            "created_at": INSTANT,
+            "updated_at": INSTANT,
+            **_SCHEDULER,
+        },
+    },
+)
+DEFINITION_PAGE = schema(
+    "DefinitionPage",
+    {
+        "type": "object",
+        "required": ["items", "next"],
+        "properties": {
+            "items": {"type": "array", "items": DEFINITION},
+            "next": {
+                "type": ["string", "null"],
+                "description": "The next page's `after` (null: this is the last page)",
+            },
+        },
+    },
+)
+_VERSION_PROPERTIES: dict[str, Any] = {
+    "definition": _STRING,
+    "version": {"type": "integer", "minimum": 1},
+    "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "author": _STRING,
+    "message": _STRING,
+    "created_at": INSTANT,
+    "parameters": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name", "type", "default", "help"],
+            "properties": {"name": _STRING, "type": _STRING, "default": {}, "help": _STRING},
+        },
+    },
+    "nbcast": {"type": "object", "description": "The version's nbcast metadata block"},
+}
+VERSION = schema(
+    "DefinitionVersion",
+    {
+        "type": "object",
+        "required": list(_VERSION_PROPERTIES),
+        "properties": _VERSION_PROPERTIES,
+    },
+)
+VERSION_LIST = schema(
+    "DefinitionVersionList",
+    {
+        "type": "object",
+        "required": ["items"],
+        "properties": {"items": {"type": "array", "items": VERSION}},
+    },
+)
+DETAIL = schema(
+    "DefinitionDetail",
+    {
+        "type": "object",
+        "description": "One version (the latest unless asked) as `nbcast definitions show "
+        "--json` shows it, with the definition's schedule and next fire times.",
+        "required": [*_VERSION_PROPERTIES, *_SCHEDULER, "latest_version", "schedule", "timezone"],
+        "properties": {
+            **_VERSION_PROPERTIES,
+            **_SCHEDULER,
+            "latest_version": {"type": "integer", "minimum": 1},
+            "schedule": _STRING,
+            "timezone": _STRING,
+        },
+    },
+)
+DIFF = schema(
+    "DefinitionDiff",
+    {
+        "type": "object",
+        "description": "nbdime's structured diff from version a to version b (bounded).",
+        "required": ["definition", "a", "b", "diff"],
+        "properties": {
+            "definition": _STRING,
+            "a": {"type": "integer"},
+            "b": {"type": "integer"},
+            "diff": {"type": "array", "items": {"type": "object", "required": ["op", "key"]}},
+        },
+    },
+)
+PUBLISH = schema(
+    "DefinitionPublish",
+    {
+        "type": "object",
+        "description": "A notebook to publish: `path` (under the server's root folder, "
+        "read through its contents manager) or `notebook` (its JSON), not both.",
+        "properties": {
+            "path": {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS},
+            "notebook": {"type": "object"},
+            "name": {
+                "type": "string",
+                "description": "Definition name (default: metadata "
+                "'name', else the file's stem, else 'report')",
+            },
+            "message": {"type": "string", "description": "What changed in this version"},
+        },
+        "additionalProperties": False,
+    },
+)
+PUBLISHED = schema(
+    "DefinitionPublished",
+    {
+        "type": "object",
+        "required": ["created", "warnings", "definition", "version"],
+        "properties": {
+            "created": {
+                "type": "boolean",
+                "description": "False: the notebook equals the latest version; nothing new",
+            },
+            "warnings": {"type": "array", "items": _STRING},
+            "definition": DEFINITION,
+            "version": VERSION,
+        },
+    },
+)
+
+_NAME_ONLY = (DEFINITION_NAME,)
+VERSION_PARAM = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+
+
+# -- the JSON forms ------------------------------------------------------------------------
+
+
+def _next_fires(block: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
+    """The next :data:`NEXT_FIRES` slots of a version's schedule (none: manual, or a
+    schedule that no longer compiles — the scheduler records that one's error)."""
+    schedule = block.get("schedule")
+    if not isinstance(schedule, dict):
+        return []
+    try:
+        spec = parse_spec({"schedule": schedule}).schedule
+        return [] if spec is None else [f.to_json() for f in upcoming(spec, now, NEXT_FIRES)]
+    except NbcastError:
+        return []
+
+
+def _schedule_fields(block: dict[str, Any]) -> dict[str, Any]:
+    found = block.get("schedule")
+    schedule: dict[str, Any] = found if isinstance(found, dict) else {}
+    cron, every = schedule.get("cron"), schedule.get("every")
+    return {
+        "cron": cron if isinstance(cron, str) else None,
+        "every": str(every) if every is not None else None,
+    }
+
+
+def definition_json(record: DefinitionRecord, now: datetime) -> dict[str, Any]:
+    """A definition as listed (schema ``Definition``)."""
+    return {
+        **record.to_json(),
+        **_schedule_fields(record.block),
+        "next_fires": _next_fires(record.block, now),
+    }
+
+
+def detail_json(info: VersionInfo, record: DefinitionRecord, now: datetime) -> dict[str, Any]:
+    """One version with its definition's scheduler state (schema ``DefinitionDetail``;
+    the keys of ``nbcast definitions show --json`` and more)."""
+    status = record.to_json()
+    return {
+        **info.to_json(),
+        "paused": record.paused,
+        "next_fire_at": status["next_fire_at"],
+        "schedule_error": record.schedule_error,
+        "failures": record.failures,
+        "last_run": status["last_run"],
+        "latest_version": record.latest_version,
+        "schedule": record.schedule,
+        "timezone": record.timezone,
+        "next_fires": _next_fires(record.block, now),
+    }
+
+
+def tenant_exists(session: Session, caller: Caller) -> bool:
+    """Whether the caller's tenant has a row yet (until it does, it owns nothing)."""
+    try:
+        get_tenant(session, caller.tenant)
+    except ConfigError:
+        return False
+    return True
+
+
+def require_tenant(session: Session, caller: Caller, name: str) -> None:
+    """Definition ``name`` is not found (404) when the caller's tenant does not exist
+    yet, rather than the command layer's "no tenant" (400)."""
+    if not tenant_exists(session, caller):
+        raise UnknownDefinitionError(
+            f"no definition named {clip(name)} in tenant {caller.tenant!r}"
+        )
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+
+@route(
+    f"{API}/definitions",
+    Operation(
+        "get",
+        "The caller's tenant's definitions by name, a page at a time, each with its "
+        "schedule, next three fire times (with DST notes), pause and last run",
+        tag="definitions",
+        params=(
+            Param(
+                "limit",
+                schema={
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_DEFINITIONS_PAGE,
+                    "default": DEFAULT_DEFINITIONS_PAGE,
+                },
+                description=f"Definitions per page (1 to {MAX_DEFINITIONS_PAGE})",
+            ),
+            Param(
+                "after",
+                schema={"type": "string", "maxLength": 512},
+                description="The `next` of the previous page",
+            ),
+        ),
+        response=DEFINITION_PAGE,
+        errors=(400, 403),
+    ),
+    Operation(
+        "post",
+        "Publish a notebook (from the contents manager by path, or its JSON) as a new "
+        "version; `created` is false when it equals the latest version",
+        tag="definitions",
+        body=PUBLISH,
+        response=PUBLISHED,
+        status=201,
+        errors=(400, 403, 409, 413),
+    ),
+)
+class DefinitionsHandler(ApiHandler):
+    """The list, and publish."""
+
+    @authorized
+    async def get(self) -> None:
+        """One page of definitions."""
+        caller = self.caller
+        limit = self.query_int("limit", low=1, high=MAX_DEFINITIONS_PAGE)
+        after = self.query("after", max_length=512)
+        body = await self.call(self._list, caller, limit or DEFAULT_DEFINITIONS_PAGE, after)
+        self.write_json(body)
+
+    def _list(self, caller: Caller, limit: int, after: str | None) -> dict[str, Any]:
+        now = self.state.clock.now()
+        with self.state.db.session() as session:
+            if not tenant_exists(session, caller):
+                return {"items": [], "next": None}
+            try:
+                page = list_definitions(session, caller, limit=limit, after=after)
+            except ConfigError as exc:
+                raise ApiError(400, str(exc), field="after") from None
+        return {"items": [definition_json(r, now) for r in page.items], "next": page.next_after}
+
+    @authorized
+    async def post(self) -> None:
+        """Publish (module docstring)."""
+        caller = self.caller
+        body = self.json_object()
+        unknown = sorted(set(body) - {"path", "notebook", "name", "message"})
+        if unknown:
+            raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])
+        name = _optional_text(body, "name", 200)
+        message = _optional_text(body, "message", 100_000) or ""
+        if ("path" in body) == ("notebook" in body):
+            raise ApiError(400, "give either path or notebook", field="path")
+        if "path" in body:
+            loaded, source = await self._from_contents(body["path"])
+        else:
+            origin = f"{name or 'report'}.ipynb"
+            loaded, source = await self.call(loaded_document, body["notebook"], origin), None
+        result = await self.call(self._publish, caller, loaded, source, name, message)
+        self.write_json(result, status=201)
+
+    async def _from_contents(self, path: Any) -> tuple[LoadedNotebook, str]:
+        """The notebook at contents path ``path``, and the file it is bound to."""
+        if not isinstance(path, str) or not path.strip() or len(path) > MAX_PATH_CHARS:
+            raise ApiError(
+                400,
+                f"path must be a non-empty string of at most {MAX_PATH_CHARS:,} characters",
+                field="path",
+            )
+        clean = path.strip().strip("/")
+        parts = PurePosixPath(clean).parts
+        if "\x00" in clean or "\\" in clean or ".." in parts or not parts:
+            raise ApiError(
+                400, "path must name a notebook under the server's root folder", field="path"
+            )
+        manager = self.contents_manager
+        try:
+            model = await ensure_async(manager.get(clean, content=False))  # type: ignore[no-untyped-call]
+            if model.get("type") == "directory":
+                raise ApiError(400, f"{clip(clean)} is a folder, not a notebook", field="path")
+            size = model.get("size")
+            if isinstance(size, int) and size > MAX_NOTEBOOK_FILE_BYTES:
+                raise ApiError(
+                    400,
+                    f"{clip(clean)}: {size:,} bytes is over the {MAX_NOTEBOOK_FILE_BYTES:,}"
+                    "-byte limit of a notebook file",
+                    field="path",
+                )
+            model = await ensure_async(
+                manager.get(clean, content=True, type="file", format="text")  # type: ignore[no-untyped-call]
+            )
+        except HTTPError as exc:
+            if isinstance(exc, ApiError):
+                raise
+            reason = exc.log_message or exc.reason or "cannot be read"
+            raise ApiError(400, f"{clip(clean)}: {reason}", field="path") from None
+        text = model.get("content")
+        if not isinstance(text, str):
+            raise ApiError(400, f"{clip(clean)} is not a text file", field="path")
+        root = getattr(manager, "root_dir", None)
+        source = str(Path(root, clean).resolve()) if isinstance(root, str) else f"contents:{clean}"
+        loaded = await self.call(lambda: loaded_document(parse_notebook_text(text, clean), clean))
+        return loaded, source
+
+    def _publish(
+        self,
+        caller: Caller,
+        loaded: LoadedNotebook,
+        source: str | None,
+        name: str | None,
+        message: str,
+    ) -> dict[str, Any]:
+        prepared: PreparedVersion = prepare_loaded(loaded, name, source_path=source or "api:")
+        if source is None:
+            prepared = dataclasses.replace(prepared, source_path=f"api:{prepared.name}")
+        now = self.state.clock.now()
+        result = publish(
+            self.state.db,
+            prepared,
+            tenant=caller.tenant,
+            author=caller.user,
+            name=name,
+            message=message,
+            now=now,
+            environ=self.state.environ,
+        )
+        with self.state.db.session() as session:
+            record = get_definition(session, caller, result.definition)
+            info = get_version(session, caller, result.definition, result.version)
+        return {
+            "created": result.created,
+            "warnings": list(result.warnings),
+            "definition": definition_json(record, now),
+            "version": info.to_json(),
+        }
+
+
+def _optional_text(body: dict[str, Any], key: str, limit: int) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise ApiError(400, f"{key} must be text of at most {limit:,} characters", field=key)
+    return value
+
+
+@route(
+    f"{API}/definitions/{{name}}",
+    Operation(
+        "get",
+        "One definition: a version (default the latest) as `nbcast definitions show "
+        "--json` shows it, with the next fire times",
+        tag="definitions",
+        params=(
+            DEFINITION_NAME,
+            Param("version", schema=VERSION_PARAM, description="Version (default: latest)"),
+        ),
+        response=DETAIL,
+    ),
+)
+class DefinitionHandler(ApiHandler):
+    """One definition."""
+
+    @authorized
+    async def get(self, name: str) -> None:
+        """The definition's detail."""
+        caller = self.caller
+        version = self.query_int("version", low=1, high=2**31 - 1)
+        self.write_json(await self.call(self._show, caller, name, version))
+
+    def _show(self, caller: Caller, name: str, version: int | None) -> dict[str, Any]:
+        with self.state.db.session() as session:
+            require_tenant(session, caller, name)
+            info = get_version(session, caller, name, version)
+            record = get_definition(session, caller, name)
+        return detail_json(info, record, self.state.clock.now())
+
+
+@route(
+    f"{API}/definitions/{{name}}/versions",
+    Operation(
+        "get",
+        "Every version of the definition, oldest first",
+        tag="definitions",
+        params=_NAME_ONLY,
+        response=VERSION_LIST,
+    ),
+)
+class DefinitionVersionsHandler(ApiHandler):
+    """The versions of one definition."""
+
+    @authorized
+    async def get(self, name: str) -> None:
+        """The versions."""
+        caller = self.caller
+        self.write_json(await self.call(self._versions, caller, name))
+
+    def _versions(self, caller: Caller, name: str) -> dict[str, Any]:
+        with self.state.db.session() as session:
+            require_tenant(session, caller, name)
+            return {"items": [v.to_json() for v in list_versions(session, caller, name)]}

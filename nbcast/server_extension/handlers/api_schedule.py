@@ -1,0 +1,146 @@
+"""``/nbcast/api/v1/schedule/preview``: what a schedule would do, touching no definition.
+
+The face of :func:`nbcast.scheduler.preview.preview`, the function ``nbcast schedule
+preview`` calls, with the CLI's inputs as query parameters (a GET: it changes
+nothing) and its ``--json`` rows as the answer:
+
+=================  =====================  ===========================================
+query parameter    CLI option             meaning
+=================  =====================  ===========================================
+``cron``           ``--cron``             five-field cron (or ``every``, not both)
+``every``          ``--every``            an interval such as ``15m``
+``start``          ``--start``            anchor instant of an ``every`` schedule
+``tz``             ``--tz``               IANA zone (default UTC)
+``from``           ``--from``             range start, incl. (instant or date)
+``until``          ``--to``               range end, excl. (instant or date)
+``dst_gap``        ``--dst-gap``          auto | shift | skip
+``dst_fold``       ``--dst-fold``         auto | first | last | both
+``limit``          —                      the most slots (1 to 10,000; default 1,000)
+=================  =====================  ===========================================
+
+A bare date is the start of that day in ``tz``. A published definition's preview
+(``--definition``) is ``GET /nbcast/api/v1/definitions/{name}/preview``. Every
+problem (a bad cron, an unknown zone, more slots than ``limit``) is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+
+from nbcast.clock import parse_instant
+from nbcast.errors import ConfigError
+from nbcast.scheduler.preview import preview
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.api_definition_actions import (
+    DAY_OR_INSTANT,
+    DEFAULT_PREVIEW,
+    MAX_PREVIEW,
+    PREVIEW_SLOT,
+    range_query,
+)
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.routes import API, Operation, Param, route
+
+__all__ = ["SchedulePreviewHandler"]
+
+_GAPS = ("auto", "shift", "skip")
+_FOLDS = ("auto", "first", "last", "both")
+
+
+@route(
+    f"{API}/schedule/preview",
+    Operation(
+        "get",
+        "The slots a cron or interval schedule would fire in [from, until), with DST "
+        "policies (the rows of `nbcast schedule preview --json`)",
+        tag="schedule",
+        params=(
+            Param("cron", schema={"type": "string", "maxLength": 200}, description="Cron"),
+            Param("every", schema={"type": "string", "maxLength": 64}, description="Interval"),
+            Param(
+                "start",
+                schema={"type": "string", "format": "date-time", "maxLength": 64},
+                description="Anchor instant of an every schedule (default: the Unix epoch)",
+            ),
+            Param(
+                "tz",
+                schema={"type": "string", "maxLength": 64, "default": "UTC"},
+                description="IANA time zone",
+            ),
+            Param("from", schema=DAY_OR_INSTANT, required=True, description="Range start (incl.)"),
+            Param("until", schema=DAY_OR_INSTANT, required=True, description="Range end (excl.)"),
+            Param("dst_gap", schema={"type": "string", "enum": list(_GAPS), "default": "auto"}),
+            Param("dst_fold", schema={"type": "string", "enum": list(_FOLDS), "default": "auto"}),
+            Param(
+                "limit",
+                schema={
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_PREVIEW,
+                    "default": DEFAULT_PREVIEW,
+                },
+                description=f"The most slots (1 to {MAX_PREVIEW:,}); more is a 400",
+            ),
+        ),
+        response={"type": "array", "items": PREVIEW_SLOT},
+        errors=(400, 403),
+    ),
+)
+class SchedulePreviewHandler(ApiHandler):
+    """The schedule preview (module docstring)."""
+
+    @authorized
+    async def get(self) -> None:
+        """The previewed slots."""
+        self.caller  # noqa: B018 - a user without a tenant is refused here too
+        cron = self.query("cron")
+        every = self.query("every", max_length=64)
+        tz = self.query("tz", max_length=64) or "UTC"
+        start_text = self.query("start", max_length=64)
+        start = None
+        if start_text is not None:
+            try:
+                start = parse_instant(start_text)
+            except ConfigError as exc:
+                raise ApiError(400, f"start: {exc}", field="start") from None
+        gap = self.query("dst_gap", max_length=16) or "auto"
+        fold = self.query("dst_fold", max_length=16) or "auto"
+        if gap not in _GAPS:
+            raise ApiError(400, f"dst_gap must be one of {'|'.join(_GAPS)}", field="dst_gap")
+        if fold not in _FOLDS:
+            raise ApiError(400, f"dst_fold must be one of {'|'.join(_FOLDS)}", field="dst_fold")
+        if (cron is None) == (every is None):
+            raise ApiError(400, "give exactly one of cron and every", field="cron")
+        range_from, range_to = range_query(self)
+        limit = self.query_int("limit", low=1, high=MAX_PREVIEW) or DEFAULT_PREVIEW
+        rows = await self.call(
+            _preview, cron, every, start, tz, gap, fold, range_from, range_to, limit
+        )
+        self.write_json(rows)
+
+
+def _preview(
+    cron: str | None,
+    every: str | None,
+    start: datetime | None,
+    tz: str,
+    gap: str,
+    fold: str,
+    range_from: date | datetime,
+    range_to: date | datetime,
+    limit: int,
+) -> list[Any]:
+    return preview(
+        cron=cron,
+        every=every,
+        start=start,
+        tz=tz,
+        dst_gap=gap,
+        dst_fold=fold,
+        range_from=range_from,
+        range_to=range_to,
+        limit=limit,
+    )
