@@ -38,6 +38,7 @@ from traitlets import Bool, Dict, Int, List, Unicode
 
 from nbcast.server_extension.handlers.base import STATE_KEY
 from nbcast.server_extension.routes import registered, tornado_handlers
+from nbcast.server_extension.services import SERVICES_KEY, ServiceSupervisor
 from nbcast.server_extension.state import ServerOptions, ServerState
 
 __all__ = ["NbcastApp", "ServeApp"]
@@ -112,6 +113,7 @@ class NbcastApp(ExtensionApp):
     ).tag(config=True)
 
     state: ServerState | None = None
+    services: ServiceSupervisor | None = None
 
     @classmethod
     def get_extension_package(cls) -> str:
@@ -154,13 +156,24 @@ class NbcastApp(ExtensionApp):
             self.state.settings.home,
             "embedded SQLite" if self.state.settings.is_embedded else "external",
         )
+        if self.wants_services(self.state):
+            self.services = ServiceSupervisor(self.state.environ, self.log)
+            self.settings[SERVICES_KEY] = self.services
 
     def initialize_handlers(self) -> None:
         """Every registered route."""
         self.handlers.extend(tornado_handlers(registered()))
 
+    async def _start_jupyter_server_extension(self, serverapp: object) -> None:
+        """Start the embedded services once the event loop runs (on its thread, which
+        lives as long as the server: :mod:`nbcast.server_extension.services`)."""
+        if self.services is not None:
+            self.services.start()
+
     async def stop_extension(self) -> None:
-        """Release the state when the server stops."""
+        """Stop the embedded services, then release the state, when the server stops."""
+        if self.services is not None:
+            await self.services.stop()
         if self.state is not None:
             self.state.close()
 
