@@ -21,13 +21,14 @@ Backends (one ABC, :class:`ArtifactStore`):
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from nbcast.errors import ConfigError
 
@@ -89,6 +90,12 @@ class ArtifactStore(ABC):
         """Whether ``key`` is stored."""
         return self._exists(_relative(key))
 
+    def open(self, key: str) -> IO[bytes]:
+        """The bytes stored under ``key`` as a binary file to read in chunks (a large
+        rendition is streamed, never held whole in memory); :class:`KeyError` if it
+        is not stored. Backends that cannot stream read it whole."""
+        return io.BytesIO(self.get(key))
+
     @abstractmethod
     def _write(self, relative: str, data: bytes) -> None: ...
 
@@ -130,6 +137,13 @@ class LocalArtifactStore(ArtifactStore):
     def _exists(self, relative: str) -> bool:
         return (self.root / relative).is_file()
 
+    def open(self, key: str) -> IO[bytes]:
+        """The file of ``key``, opened for reading."""
+        try:
+            return (self.root / _relative(key)).open("rb")
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
 
 class FsspecArtifactStore(ArtifactStore):
     """Artifacts under any fsspec URL."""
@@ -158,6 +172,13 @@ class FsspecArtifactStore(ArtifactStore):
 
     def _exists(self, relative: str) -> bool:
         return bool(self.fs.exists(self._full(relative)))
+
+    def open(self, key: str) -> IO[bytes]:
+        """The object of ``key``, opened for reading through fsspec."""
+        try:
+            return self.fs.open(self._full(_relative(key)), "rb")  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise KeyError(key) from None
 
 
 def open_store(location: str | os.PathLike[str]) -> ArtifactStore:

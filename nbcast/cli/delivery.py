@@ -234,7 +234,8 @@ def links() -> None:
 def links_list(
     app: AppContext, run_id: int | None, limit: int, after: str | None, as_json: bool
 ) -> None:
-    """Links handed out, newest first, with their expiry and whether they were revoked."""
+    """Links handed out, newest first, with their expiry, whether they were revoked,
+    and how many times they were opened."""
     from nbcast.delivery.queries import list_links
 
     with app.db.session() as session:
@@ -244,7 +245,7 @@ def links_list(
         return
     table(
         "links",
-        ["id", "run", "recipient", "file", "expires", "revoked"],
+        ["id", "run", "recipient", "file", "expires", "revoked", "opens"],
         [
             [
                 r.id,
@@ -253,6 +254,7 @@ def links_list(
                 r.filename,
                 when(r.expires_at),
                 when(r.revoked_at),
+                r.opens,
             ]
             for r in page.items
         ],

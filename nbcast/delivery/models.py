@@ -25,6 +25,9 @@ never writes the scheduler's or the executor's tables.
   definition's name) or of all the tenant's reports (``scope = "*"``) on a channel.
 - ``signed_links``: links handed out by the ``link`` channel, so they can expire and
   be revoked.
+- ``link_opens``: every time a signed link was opened (served) — when, from which
+  network (the address truncated, never stored whole) and with which user agent
+  (:mod:`nbcast.delivery.link_opens`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "DeliveryAttempt",
     "DeliveryReason",
     "DeliveryState",
+    "LinkOpen",
     "OutboxRow",
     "Rendition",
     "RenditionState",
@@ -312,3 +316,20 @@ class SignedLink(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class LinkOpen(Base):
+    """One opening of a signed link: evidence that the report was fetched
+    (:mod:`nbcast.delivery.link_opens` says what is kept and why)."""
+
+    __tablename__ = "link_opens"
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    link_id: Mapped[int] = mapped_column(sa.ForeignKey("signed_links.id"), index=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), index=True)
+    delivery_id: Mapped[int | None] = mapped_column(sa.ForeignKey("deliveries.id"), default=None)
+    opened_at: Mapped[datetime]
+    network: Mapped[str] = mapped_column(sa.String(64))
+    """The client's address truncated to its network (IPv4 /24, IPv6 /48)."""
+    user_agent: Mapped[str] = mapped_column(sa.String(256))

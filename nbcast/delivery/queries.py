@@ -167,6 +167,8 @@ class LinkRecord:
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
+    opens: int = 0
+    """How many times it was opened (:mod:`nbcast.delivery.link_opens`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (instants in ISO 8601 UTC with ``Z``); the keys
@@ -181,6 +183,7 @@ class LinkRecord:
             "delivery": self.delivery_id,
             "media_type": self.media_type,
             "created_at": _instant(self.created_at),
+            "opens": self.opens,
         }
 
 
@@ -345,7 +348,10 @@ def list_links(
         query = query.where(SignedLink.run_id == run_id)
     if after is not None:
         query = query.where(SignedLink.id < _after_id(after))
+    from nbcast.delivery.link_opens import open_counts  # it imports this module
+
     rows = list(session.scalars(query.order_by(SignedLink.id.desc()).limit(count + 1)))
+    opens = open_counts(session, tenant.id, [r.id for r in rows[:count]])
     items = [
         LinkRecord(
             id=r.id,
@@ -357,6 +363,7 @@ def list_links(
             created_at=r.created_at,
             expires_at=r.expires_at,
             revoked_at=r.revoked_at,
+            opens=opens.get(r.id, 0),
         )
         for r in rows[:count]
     ]

@@ -1,0 +1,246 @@
+"""Opening a signed link, and the record of every opening (``link_opens``).
+
+:func:`open_link` is what the server's public ``/nbcast/links/<token>`` endpoint
+calls: it checks the token with :func:`~nbcast.delivery.links.verify_link` (the
+signature with a configured key, then the row: it exists, it has not been revoked,
+it has not expired) and, when the link may be opened, records the opening in the
+same transaction and says which stored file to serve. A refusal is a
+:class:`LinkRefused` whose :attr:`~LinkRefused.kind` tells the server which answer
+it deserves — ``forbidden`` (tampered, malformed, or signed by an unknown or retired
+key), ``not_found`` (a well-signed token for a link that no longer exists) or
+``gone`` (expired, revoked, or its file is no longer stored) — and nothing is
+recorded then.
+
+**What an opening records, and why not more.** The time, the link (and through it
+the run, delivery and recipient), the user agent cut to
+:data:`MAX_USER_AGENT_CHARS`, and the client's *network*, not its address: IPv4
+addresses are kept to their /24, IPv6 addresses to their /48 (the way web analytics
+anonymise addresses). That is enough to tell "opened from the office network" from
+"opened from somewhere else", and to see a mail scanner fetch a link, without
+keeping a personal address that could place one reader. A hash of the whole address
+was considered and rejected: 2³² IPv4 addresses are hashed in seconds, so it would
+hide nothing. Behind a reverse proxy the address is what jupyter-server reports
+(``ServerApp.trust_xheaders`` makes it the forwarded one).
+
+:func:`opens_of_run` lists a run's openings for the run page; :func:`open_counts`
+counts them per link for ``nbcast links list``. Both are scoped to the caller's
+tenant.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from nbcast.access import Caller
+from nbcast.artifacts import ArtifactStore
+from nbcast.clock import Clock, format_instant
+from nbcast.db import Database
+from nbcast.delivery.links import PURPOSE, verify_link
+from nbcast.delivery.models import LinkOpen, SignedLink
+from nbcast.delivery.queries import require_run
+from nbcast.delivery.signing import Signer
+from nbcast.errors import LinkError
+from nbcast.governance.tenants import get_tenant
+
+__all__ = [
+    "MAX_OPENS_LISTED",
+    "MAX_TOKEN_CHARS",
+    "MAX_USER_AGENT_CHARS",
+    "LinkRefused",
+    "OpenRecord",
+    "OpenedLink",
+    "network_of",
+    "open_counts",
+    "open_link",
+    "opens_of_run",
+    "record_open",
+]
+
+MAX_USER_AGENT_CHARS = 256
+"""The longest user agent kept (longer ones are cut)."""
+
+MAX_TOKEN_CHARS = 4096
+"""The longest token looked at (a real one is about 80 characters)."""
+
+MAX_OPENS_LISTED = 1_000
+"""The most openings :func:`opens_of_run` returns (the newest)."""
+
+Refusal = Literal["forbidden", "not_found", "gone"]
+
+
+class LinkRefused(LinkError):
+    """A link that may not be opened, and what kind of refusal it is (module doc)."""
+
+    def __init__(self, kind: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.kind: Refusal = kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenedLink:
+    """A link that was opened: which stored file to serve, and as what."""
+
+    link_id: int
+    sha256: str
+    filename: str
+    media_type: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenRecord:
+    """One recorded opening of a link."""
+
+    link_id: int
+    run_id: int
+    delivery_id: int | None
+    recipient: str
+    filename: str
+    opened_at: datetime
+    network: str
+    user_agent: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
+        return {
+            "link": self.link_id,
+            "run": self.run_id,
+            "delivery": self.delivery_id,
+            "recipient": self.recipient,
+            "file": self.filename,
+            "opened_at": format_instant(self.opened_at),
+            "network": self.network,
+            "user_agent": self.user_agent,
+        }
+
+
+def network_of(address: str) -> str:
+    """The network an address is kept as (module docstring): ``203.0.113.0/24``,
+    ``2001:db8:1::/48``; ``unknown`` for anything that is not an IP address (a
+    UNIX socket, a proxy that sent nonsense)."""
+    try:
+        ip = ipaddress.ip_address(address.strip().split("%", 1)[0])
+    except ValueError:
+        return "unknown"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    prefix = 24 if ip.version == 4 else 48
+    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+
+def _user_agent(text: str | None) -> str:
+    """The user agent, printable and at most :data:`MAX_USER_AGENT_CHARS` long."""
+    cleaned = "".join(c if c.isprintable() else " " for c in (text or ""))
+    return cleaned[:MAX_USER_AGENT_CHARS]
+
+
+def record_open(
+    session: Session, link: SignedLink, now: datetime, *, address: str, user_agent: str | None
+) -> None:
+    """Record that ``link`` was opened now from ``address`` (kept as its network)."""
+    session.add(
+        LinkOpen(
+            tenant_id=link.tenant_id,
+            link_id=link.id,
+            run_id=link.run_id,
+            delivery_id=link.delivery_id,
+            opened_at=now,
+            network=network_of(address),
+            user_agent=_user_agent(user_agent),
+        )
+    )
+
+
+def _resolve(session: Session, signer: Signer, token: str, now: datetime) -> SignedLink:
+    """The link ``token`` opens now, or :class:`LinkRefused` (module docstring)."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
+        raise LinkRefused("forbidden", "malformed token")
+    try:
+        payload = signer.verify(token, purpose=PURPOSE)
+    except LinkError as exc:
+        raise LinkRefused("forbidden", str(exc)) from None
+    try:
+        return verify_link(session, signer, token, now)
+    except LinkError as exc:
+        link_id = payload.get("l")
+        row = session.get(SignedLink, link_id) if isinstance(link_id, int) else None
+        if not isinstance(link_id, int) or not isinstance(payload.get("a"), str):
+            raise LinkRefused("forbidden", str(exc)) from None
+        if row is None or not row.sha256.startswith(str(payload["a"])):
+            raise LinkRefused("not_found", str(exc)) from None
+        raise LinkRefused("gone", str(exc)) from None
+
+
+def open_link(
+    db: Database,
+    clock: Clock,
+    signer: Signer,
+    store: ArtifactStore,
+    token: str,
+    *,
+    address: str,
+    user_agent: str | None,
+) -> OpenedLink:
+    """Open the link ``token`` names: check it, check its file is still stored, and
+    record the opening — one transaction; :class:`LinkRefused` (nothing recorded)
+    when it may not be opened. No login: the signed token is the authority."""
+    with db.session() as session:
+        now = clock.now()
+        link = _resolve(session, signer, token, now)
+        if not store.exists(link.sha256):
+            raise LinkRefused("gone", "the report's file is no longer stored")
+        record_open(session, link, now, address=address, user_agent=user_agent)
+        return OpenedLink(
+            link_id=link.id, sha256=link.sha256, filename=link.filename, media_type=link.media_type
+        )
+
+
+def opens_of_run(
+    session: Session, caller: Caller, run_id: int, *, limit: int = MAX_OPENS_LISTED
+) -> list[OpenRecord]:
+    """The openings of one of the caller's runs' links, newest first (at most
+    ``limit``, itself at most :data:`MAX_OPENS_LISTED`); a run of another tenant is
+    not found (:class:`~nbcast.errors.UnknownRunError`)."""
+    tenant = get_tenant(session, caller.tenant)
+    require_run(session, tenant, run_id)
+    count = max(1, min(limit, MAX_OPENS_LISTED))
+    rows = session.execute(
+        sa.select(LinkOpen, SignedLink.recipient, SignedLink.filename)
+        .join(SignedLink, SignedLink.id == LinkOpen.link_id)
+        .where(LinkOpen.tenant_id == tenant.id, LinkOpen.run_id == run_id)
+        .order_by(LinkOpen.id.desc())
+        .limit(count)
+    )
+    return [
+        OpenRecord(
+            link_id=row.link_id,
+            run_id=row.run_id,
+            delivery_id=row.delivery_id,
+            recipient=recipient,
+            filename=filename,
+            opened_at=row.opened_at,
+            network=row.network,
+            user_agent=row.user_agent,
+        )
+        for row, recipient, filename in rows
+    ]
+
+
+def open_counts(session: Session, tenant_id: int, link_ids: Iterable[int]) -> dict[int, int]:
+    """How often each of ``link_ids`` (links of ``tenant_id``) was opened; a link
+    never opened is absent. One grouped query, over a page of links."""
+    ids = list(link_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        sa.select(LinkOpen.link_id, sa.func.count())
+        .where(LinkOpen.tenant_id == tenant_id, LinkOpen.link_id.in_(ids))
+        .group_by(LinkOpen.link_id)
+    )
+    return {int(link_id): int(count) for link_id, count in rows}

@@ -1,0 +1,250 @@
+"""``/nbcast/links/<token>``: the signed links the ``link`` channel sends, served.
+
+Recipients have no account on the server: the signed token *is* the authority, so
+this handler (and the one-click unsubscribe, which shares :class:`PublicHandler`)
+is marked ``@allow_unauthenticated`` — jupyter-server neither redirects it to a
+login page nor asks for its token, even with
+``ServerApp.allow_unauthenticated_access = False`` — and is not ``@authorized``.
+What protects it instead:
+
+- the token is checked by the delivery plane
+  (:func:`nbcast.delivery.link_opens.open_link`: signature with a configured key
+  in constant time, then the link row — revoked, expired): **403** for a tampered
+  or malformed token or one signed by an unknown or retired key, **404** for a
+  well-signed token whose link no longer exists, **410** for an expired or revoked
+  link or a file no longer stored; a small HTML page, never a stack trace;
+- every address is rate limited (``NbcastApp.link_rate_per_minute``,
+  :mod:`nbcast.server_extension.ratelimit`): **429** with ``Retry-After``;
+- the served file cannot act: HTML is served with ``Content-Security-Policy:
+  sandbox`` (no ``allow-scripts``: a script in a notebook's output never runs, and
+  the page gets a unique origin) and ``default-src 'none'`` (it loads nothing from
+  anywhere: no tracking pixel, no CDN); every answer has ``X-Content-Type-Options:
+  nosniff``, ``Referrer-Policy: no-referrer`` (the token never leaks to another
+  site) and ``Cache-Control: private, no-store`` (a revoked link is not served
+  from a cache). PDFs open inline, XLSX, CSV and other files download as
+  attachments.
+
+Every opening is recorded (``link_opens``; what is kept is in
+:mod:`nbcast.delivery.link_opens`). Files are streamed in chunks from the artifact
+store, so a 100 MB PDF never sits in the server's memory.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import IO, Any
+from urllib.parse import quote
+
+from jupyter_server.auth.decorator import allow_unauthenticated
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado.web import HTTPError
+
+from nbcast.delivery.link_opens import LinkRefused, open_link
+from nbcast.errors import NbcastError
+from nbcast.server_extension.handlers.base import NbcastMixin
+from nbcast.server_extension.ratelimit import RateLimiter
+from nbcast.server_extension.routes import Operation, route
+
+__all__ = ["CHUNK_BYTES", "LinkHandler", "PublicHandler", "TooManyRequests"]
+
+CHUNK_BYTES = 256 * 1024
+"""How much of a file is read and sent at a time."""
+
+LIMITER_KEY = "nbcast_public_rate_limiter"
+"""The tornado settings key of the public endpoints' shared :class:`RateLimiter`."""
+
+STRICT_POLICY = "sandbox; default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+"""The Content-Security-Policy of the public endpoints' own pages (errors)."""
+
+HTML_POLICY = (
+    "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "font-src data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+"""A served HTML rendition's policy: no script, nothing fetched, not framed."""
+
+FILE_POLICY = "default-src 'none'; frame-ancestors 'none'"
+"""Other files' policy (browsers will not show a PDF in a sandboxed document)."""
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml", "image/svg+xml", "text/xml")
+_INLINE_TYPES = ("application/pdf",)
+_PUBLIC_REFUSALS = {"forbidden": 403, "not_found": 404, "gone": 410}
+_TITLES = {
+    400: "Bad request",
+    403: "This link is not valid",
+    404: "This link does not exist",
+    405: "Not allowed",
+    410: "This link has expired or was withdrawn",
+    429: "Too many requests",
+}
+
+log = logging.getLogger(__name__)
+
+
+class TooManyRequests(HTTPError):
+    """429, with the seconds until a request may be tried again."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(429, reason="Too Many Requests")
+        self.retry_after = int(retry_after)
+
+
+class PublicHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
+    """A handler anyone may call (module docstring): rate limited, small HTML error
+    pages, the strict headers, nothing logged with a traceback unless it was a bug."""
+
+    @property
+    def content_security_policy(self) -> str:
+        """The strict policy (jupyter-server's default is for its own pages)."""
+        return STRICT_POLICY
+
+    def set_default_headers(self) -> None:
+        """jupyter-server's defaults, then no referrer and no caching."""
+        super().set_default_headers()
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Cache-Control", "private, no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+
+    @property
+    def limiter(self) -> RateLimiter:
+        """The server's one limiter of the public endpoints (made on first use)."""
+        limiter: RateLimiter | None = self.settings.get(LIMITER_KEY)
+        if limiter is None:
+            limiter = RateLimiter(self.state.options.link_rate_per_minute)
+            self.settings[LIMITER_KEY] = limiter
+        return limiter
+
+    def rate_limit(self) -> None:
+        """Take one request from the client address's bucket; 429 when it is empty."""
+        retry_after = self.limiter.take(self.request.remote_ip or "unknown")
+        if retry_after is not None:
+            raise TooManyRequests(retry_after)
+
+    @property
+    def client_address(self) -> str:
+        """The client's address as jupyter-server sees it (a proxy's forwarded one
+        with ``ServerApp.trust_xheaders``)."""
+        return self.request.remote_ip or ""
+
+    def refusal(self, exc: NbcastError) -> HTTPError:
+        """The HTTP answer to a refused token."""
+        status = _PUBLIC_REFUSALS.get(getattr(exc, "kind", ""), 403)
+        return HTTPError(status, reason=_TITLES[status])
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """A small HTML page: what happened, in a sentence, never a traceback."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, TooManyRequests):
+            self.set_header("Retry-After", str(exc.retry_after))
+        title = _TITLES.get(status_code, "Something went wrong")
+        if status_code >= 500:
+            detail = "The server could not answer this request. Try again later."
+        elif status_code == 429:
+            detail = "Too many requests from your address; try again in a minute."
+        elif status_code in (403, 404, 410):
+            detail = "Ask the sender of the report for a new link."
+        else:
+            detail = ""
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.set_header("Content-Security-Policy", STRICT_POLICY)
+        self.finish(page(title, detail))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """Refusals are the caller's business: logged in a line, not as tracebacks."""
+        if isinstance(value, (NbcastError, HTTPError)):
+            log.info("%s %s: %s", self.request.method, self.request.path.split("/")[2], value)
+            return
+        super().log_exception(typ, value, tb)
+
+
+def page(title: str, detail: str, body: str = "") -> str:
+    """A minimal self-contained HTML page."""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title>"
+        "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:3em auto;"
+        "padding:0 1em;color:#222}button{font-size:1em;padding:.5em 1.2em}</style>"
+        f"</head><body><h1>{html.escape(title)}</h1>"
+        + (f"<p>{html.escape(detail)}</p>" if detail else "")
+        + body
+        + "</body></html>"
+    )
+
+
+def content_disposition(filename: str, *, inline: bool) -> str:
+    """``inline``/``attachment`` with the file name, ASCII and RFC 5987 forms."""
+    fallback = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    kind = "inline" if inline else "attachment"
+    return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+def _with_charset(media_type: str) -> str:
+    """Text types with their charset (renditions are written in UTF-8)."""
+    if media_type.startswith("text/") and "charset" not in media_type:
+        return f"{media_type}; charset=utf-8"
+    return media_type
+
+
+def _size(handle: IO[bytes]) -> int:
+    """A seekable file's size, read position left at the start."""
+    size = handle.seek(0, 2)
+    handle.seek(0)
+    return size
+
+
+@route(
+    "/nbcast/links/{token}",
+    Operation("get", "A signed link's file (public: the token is the authority)", tag="links"),
+    documented=False,
+)
+class LinkHandler(PublicHandler):
+    """Serves the file a signed link names (module docstring)."""
+
+    @allow_unauthenticated
+    async def get(self, token: str) -> None:
+        """Check the token, record the opening, stream the file."""
+        self.rate_limit()
+        state = self.state
+        try:
+            opened = await self.call(
+                open_link,
+                state.db,
+                state.clock,
+                state.signer,
+                state.store,
+                token,
+                address=self.client_address,
+                user_agent=self.request.headers.get("User-Agent"),
+            )
+        except LinkRefused as exc:
+            raise self.refusal(exc) from None
+        try:
+            handle = await self.call(state.store.open, opened.sha256)
+        except KeyError:
+            raise HTTPError(410, reason=_TITLES[410]) from None
+        try:
+            size = await self.call(_size, handle)
+            media_type = opened.media_type.split(";", 1)[0].strip().lower()
+            if media_type in _HTML_TYPES:
+                self.set_header("Content-Security-Policy", HTML_POLICY)
+            else:
+                self.set_header("Content-Security-Policy", FILE_POLICY)
+            inline = media_type in _HTML_TYPES or media_type in _INLINE_TYPES
+            self.set_header("Content-Type", _with_charset(opened.media_type))
+            self.set_header("Content-Length", str(size))
+            self.set_header(
+                "Content-Disposition", content_disposition(opened.filename, inline=inline)
+            )
+            while True:
+                chunk = await self.call(handle.read, CHUNK_BYTES)
+                if not chunk:
+                    break
+                self.write(chunk)
+                await self.flush()
+        finally:
+            handle.close()
+        self.finish()

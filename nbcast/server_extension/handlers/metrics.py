@@ -1,0 +1,52 @@
+"""``/nbcast/metrics``: Prometheus text exposition of nbcast's state and the server
+process (:mod:`nbcast.server_extension.metrics`).
+
+Scraping needs jupyter-server's authentication and authorization (``@authorized``,
+resource ``nbcast``: send ``Authorization: token …``) unless the operator sets
+``NbcastApp.metrics_open = True`` — then anyone who reaches the server may scrape,
+so open it only where the network is the protection (a scrape port behind the
+proxy). The per-tenant queue depth, which names tenants, is served to
+administrators and on an open endpoint only.
+"""
+
+from __future__ import annotations
+
+from jupyter_server.auth.decorator import allow_unauthenticated, authorized
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.metrics import metrics_registry
+from nbcast.server_extension.routes import Operation, route
+
+__all__ = ["MetricsHandler"]
+
+
+@route(
+    "/nbcast/metrics",
+    Operation("get", "Prometheus metrics (the token unless metrics_open)", tag="service"),
+    documented=False,
+)
+class MetricsHandler(ApiHandler):
+    """The exposition (module docstring)."""
+
+    @allow_unauthenticated
+    async def get(self) -> None:
+        """Open, or behind the server's authorization."""
+        if self.state.options.metrics_open:
+            await self._expose(per_tenant=True)
+        else:
+            await self._authorized()
+
+    @authorized
+    async def _authorized(self) -> None:
+        """For an authenticated, authorized user; tenants named for administrators."""
+        self.caller  # noqa: B018 - a user without a tenant is refused here too
+        admin = self.caller.user in self.state.options.admin_users
+        await self._expose(per_tenant=admin)
+
+    async def _expose(self, *, per_tenant: bool) -> None:
+        registry = metrics_registry(self.state.db, self.state.clock, per_tenant=per_tenant)
+        body = await self.call(generate_latest, registry)
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.set_header("Cache-Control", "no-store")
+        self.finish(body)
