@@ -252,12 +252,12 @@ def send_attachment(handler: ApiHandler, data: bytes, media_type: str, filename:
     as this origin's page (module docstring)."""
     safe = _FILENAME_UNSAFE.sub("_", filename).strip("._")[:120] or "download"
     handler.set_status(200)
-    handler.set_header("Content-Type", media_type)
     handler.set_header("Content-Disposition", f'attachment; filename="{safe}"')
     handler.set_header("X-Content-Type-Options", "nosniff")
     handler.set_header("Content-Security-Policy", "sandbox")
     handler.set_header("Cache-Control", "private, no-store")
-    handler.finish(data)
+    # jupyter-server's APIHandler.finish sets the type (application/json unless told).
+    handler.finish(data, set_content_type=media_type)
 
 
 # -- handlers ---------------------------------------------------------------------
