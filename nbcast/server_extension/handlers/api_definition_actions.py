@@ -28,7 +28,7 @@ from nbcast.access import Caller
 from nbcast.clock import parse_instant
 from nbcast.definitions.parameters import schema_to_json
 from nbcast.definitions.queries import get_version
-from nbcast.errors import ConfigError
+from nbcast.errors import ConfigError, ParameterValueError
 from nbcast.limits import MAX_BACKFILL_SLOTS, WALL_TIME_MAX, WALL_TIME_MIN
 from nbcast.scheduler.control import backfill, pause, resume, run_now
 from nbcast.scheduler.preview import preview_definition
@@ -306,7 +306,10 @@ class RunNowHandler(ApiHandler):
     ) -> int:
         with self.state.db.session() as session:
             require_tenant(session, caller, name)
-        return run_now(self.state.db, self.state.clock, caller, name, parameters, at=at)
+        try:
+            return run_now(self.state.db, self.state.clock, caller, name, parameters, at=at)
+        except ParameterValueError as exc:
+            raise ApiError(400, str(exc), field="parameters") from None
 
 
 @route(

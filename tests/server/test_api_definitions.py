@@ -1,0 +1,389 @@
+"""The definitions API against a live server: list, show, versions, diff (JSON and
+HTML), publish by contents path and by body, pause, resume, run now, backfill,
+previews; another tenant's definition is not found; every JSON answer satisfies the
+OpenAPI document's schema for its route.
+
+The server's clock is fixed at 2026-10-23 12:00 UTC, two days before Europe/Berlin
+falls back (02:00–03:00 happens twice on 2026-10-25), so a nightly 02:30 Berlin
+schedule shows its DST note among its next three fire times.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import nbformat
+import pytest
+
+from tests.server.live import LiveServer
+
+BIN = Path(sys.executable).parent
+API = "/nbcast/api/v1"
+NOW = "2026-10-23T12:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A live server with a fixed clock; tenants acme (alice) and globex (bob)."""
+    folder: Path = tmp_path_factory.mktemp("definitions-api")
+    with LiveServer(
+        folder,
+        users={"alice": "acme", "bob": "globex", "root": "acme"},
+        admins=("root",),
+        env={"NBCAST_CLOCK": f"fixed:{NOW}"},
+    ) as live:
+        for tenant in ("acme", "globex"):
+            nbcast(live, "tenants", "create", tenant)
+        yield live
+
+
+def nbcast(live: LiveServer, *args: str, tenant: str | None = None) -> str:
+    """Run the nbcast CLI against the server's home; its stdout."""
+    env = {k: v for k, v in live.env.items() if k not in ("NBCAST_TENANT", "NBCAST_USER")}
+    if tenant is not None:
+        env.update(NBCAST_TENANT=tenant, NBCAST_USER="alice")
+    done = subprocess.run(
+        [str(BIN / "nbcast"), *args], env=env, capture_output=True, text=True, cwd=live.folder
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def notebook(block: dict[str, Any], *sources: str) -> dict[str, Any]:
+    """A notebook with the nbcast ``block`` and code cells ``sources``."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    for index, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{index}"
+    nb.metadata["nbcast"] = block
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    return json.loads(json.dumps(nb))
+
+
+NIGHTLY = {"name": "nightly", "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}}
+
+
+# -- the OpenAPI document's schemas ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def document(server: LiveServer) -> dict[str, Any]:
+    with server.client() as client:
+        return dict(client.get(f"{API}/openapi.json").json())
+
+
+def conforms(document: dict[str, Any], answer: httpx.Response, path: str, method: str) -> Any:
+    """``answer``'s JSON, after checking it against the document's response schema for
+    ``method path`` and its status (a status the document does not list fails)."""
+    responses = document["paths"][path][method]["responses"]
+    assert str(answer.status_code) in responses, (answer.status_code, answer.text)
+    media = responses[str(answer.status_code)]["content"]["application/json"]
+    body = answer.json()
+    validator = jsonschema.Draft202012Validator(
+        {**media["schema"], "components": document["components"]},
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+    )
+    validator.validate(body)
+    return body
+
+
+@pytest.fixture(scope="module")
+def alice(server: LiveServer) -> Iterator[httpx.Client]:
+    with server.client("alice") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def published(server: LiveServer, alice: httpx.Client, document: dict[str, Any]) -> dict[str, Any]:
+    """nightly, published by path through the contents manager, then ticked."""
+    (server.folder / "reports").mkdir()
+    nbformat.write(
+        nbformat.from_dict(notebook(NIGHTLY, "print('nightly')")),
+        str(server.folder / "reports" / "nightly.ipynb"),
+    )
+    answer = alice.post(f"{API}/definitions", json={"path": "reports/nightly.ipynb"})
+    body = conforms(document, answer, "/nbcast/api/v1/definitions", "post")
+    nbcast(server, "scheduler", "tick")
+    return dict(body)
+
+
+# -- tests -------------------------------------------------------------------------------
+
+
+def test_publish_by_path_binds_the_file_and_answers_201(published: dict[str, Any]) -> None:
+    assert published["created"] is True
+    assert published["version"]["version"] == 1
+    assert published["version"]["author"] == "alice"
+    assert published["definition"]["name"] == "nightly"
+    assert published["definition"]["source_path"].endswith("reports/nightly.ipynb")
+
+
+def test_the_list_shows_next_fires_with_the_dst_note(
+    published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    body = conforms(document, alice.get(f"{API}/definitions"), f"{API}/definitions", "get")
+    (item,) = [d for d in body["items"] if d["name"] == "nightly"]
+    assert item["cron"] == "30 2 * * *"
+    assert item["every"] is None
+    assert item["timezone"] == "Europe/Berlin"
+    assert item["paused"] is False
+    fires = item["next_fires"]
+    assert [f["local"][:10] for f in fires][:2] == ["2026-10-24", "2026-10-25"]
+    assert fires[0]["note"] is None
+    assert fires[1]["note"].startswith("02:30 happens twice on 2026-10-25")
+
+
+def test_the_list_pages_by_cursor(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    nbcast(server, "publish", str(Path("notebooks/examples/daily_sales.ipynb").resolve()),
+           tenant="acme")  # fmt: skip
+    first = conforms(
+        document, alice.get(f"{API}/definitions", params={"limit": 1}), f"{API}/definitions", "get"
+    )
+    assert [d["name"] for d in first["items"]] == ["daily-sales"]
+    assert first["next"]
+    second = alice.get(f"{API}/definitions", params={"limit": 1, "after": first["next"]}).json()
+    assert [d["name"] for d in second["items"]] == ["nightly"]
+    for params, field in (
+        ({"limit": 0}, "limit"),
+        ({"limit": 501}, "limit"),
+        ({"after": "x"}, "after"),
+    ):
+        answer = alice.get(f"{API}/definitions", params=params)
+        assert answer.status_code == 400
+        assert conforms(document, answer, f"{API}/definitions", "get")["error"]["field"] == field
+
+
+def test_show_and_versions(
+    published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    path = f"{API}/definitions/{{name}}"
+    body = conforms(document, alice.get(f"{API}/definitions/nightly"), path, "get")
+    assert body["version"] == 1
+    assert body["nbcast"] == NIGHTLY
+    assert body["schedule"] == "30 2 * * * (Europe/Berlin)"
+    assert len(body["next_fires"]) == 3
+    versions = conforms(
+        document, alice.get(f"{API}/definitions/nightly/versions"), f"{path}/versions", "get"
+    )
+    assert [v["version"] for v in versions["items"]] == [1]
+
+
+def test_publish_by_body_then_diff_as_json_and_html(
+    server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    block = {"name": "bodyrep"}
+    v1 = notebook(block, "x = 1\n", "print(x)\n")
+    v2 = notebook(block, "x = 2\n", "print(x)\n", "'<script>alert(1)</script>'\n")
+    for nb, number in ((v1, 1), (v2, 2)):
+        answer = alice.post(f"{API}/definitions", json={"notebook": nb, "message": f"v{number}"})
+        body = conforms(document, answer, f"{API}/definitions", "post")
+        assert (body["created"], body["version"]["version"]) == (True, number)
+        assert body["definition"]["source_path"] == "api:bodyrep"
+    again = alice.post(f"{API}/definitions", json={"notebook": v2}).json()
+    assert (again["created"], again["version"]["version"]) == (False, 2)
+
+    path = f"{API}/definitions/{{name}}/diff"
+    answer = alice.get(f"{API}/definitions/bodyrep/diff", params={"a": 1, "b": 2})
+    body = conforms(document, answer, path, "get")
+    assert (body["a"], body["b"]) == (1, 2)
+    expected = nbcast(server, "diff", "bodyrep", "1", "2", "--json", tenant="acme")
+    assert body["diff"] == json.loads(expected)["diff"]
+
+    page = alice.get(f"{API}/definitions/bodyrep/diff", params={"a": 1, "b": 2, "format": "html"})
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert "<script" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "cell 3 added" in page.text
+    assert '<span class="del">- x = 1</span><span class="add">+ x = 2</span>' in page.text
+
+    bad = alice.get(f"{API}/definitions/bodyrep/diff", params={"a": 1, "b": 9})
+    assert bad.status_code == 404
+    conforms(document, bad, path, "get")
+    for params in ({"a": 1}, {"a": 1, "b": 2, "format": "pdf"}, {"a": "x", "b": 2}):
+        assert alice.get(f"{API}/definitions/bodyrep/diff", params=params).status_code == 400
+
+
+def test_a_refused_publish_names_the_field_and_writes_nothing(
+    server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    bad = notebook({"name": "broken", "schedule": {"cron": "61 * * * *"}}, "1\n")
+    answer = alice.post(f"{API}/definitions", json={"notebook": bad})
+    body = conforms(document, answer, f"{API}/definitions", "post")
+    assert answer.status_code == 400
+    assert body["error"]["field"] == "schedule.cron"
+    assert alice.get(f"{API}/definitions/broken").status_code == 404
+    names = [d["name"] for d in alice.get(f"{API}/definitions").json()["items"]]
+    assert "broken" not in names
+    for request, field in (
+        ({"path": "../outside.ipynb"}, "path"),
+        ({"path": "reports"}, "path"),
+        ({"path": "missing.ipynb"}, "path"),
+        ({"path": "reports/nightly.ipynb", "notebook": bad}, "path"),
+        ({"notebook": {"cells": "no"}}, None),
+        ({"notebook": bad, "extra": 1}, "extra"),
+    ):
+        answer = alice.post(f"{API}/definitions", json=request)
+        assert answer.status_code == 400, (request, answer.text)
+        assert conforms(document, answer, f"{API}/definitions", "post")["error"]["field"] == field
+    assert alice.get(f"{API}/definitions/broken").status_code == 404
+
+
+def test_pause_and_resume(
+    published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    base = f"{API}/definitions/{{name}}"
+    first = conforms(
+        document, alice.post(f"{API}/definitions/nightly/pause"), f"{base}/pause", "post"
+    )
+    assert (first["paused"], first["changed"]) == (True, True)
+    assert alice.post(f"{API}/definitions/nightly/pause").json()["changed"] is False
+    assert alice.get(f"{API}/definitions/nightly").json()["paused"] is True
+    resumed = conforms(
+        document, alice.post(f"{API}/definitions/nightly/resume"), f"{base}/resume", "post"
+    )
+    assert (resumed["paused"], resumed["changed"]) == (False, True)
+    assert alice.get(f"{API}/definitions/nightly").json()["paused"] is False
+    assert alice.post(f"{API}/definitions/nightly/resume").json()["changed"] is False
+
+
+def test_run_now_queues_a_manual_run(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    path = f"{API}/definitions/{{name}}/runs"
+    answer = alice.post(f"{API}/definitions/nightly/runs", json={"at": "2026-10-22T09:00:00Z"})
+    assert answer.status_code == 201
+    (run_id,) = conforms(document, answer, path, "post")["run_ids"]
+    runs = json.loads(nbcast(server, "runs", "list", "--json", tenant="acme"))
+    (run,) = [r for r in runs if r["id"] == run_id]
+    assert (run["definition"], run["kind"], run["state"]) == ("nightly", "manual", "QUEUED")
+    for body, field in (
+        ({"parameters": {"nope": 1}}, "parameters"),
+        ({"parameters": []}, "parameters"),
+        ({"at": "yesterday"}, "at"),
+        ({"when": 1}, "when"),
+    ):
+        refused = alice.post(f"{API}/definitions/nightly/runs", json=body)
+        assert refused.status_code == 400, refused.text
+        assert conforms(document, refused, path, "post")["error"]["field"] == field
+    after = json.loads(nbcast(server, "runs", "list", "--json", tenant="acme"))
+    assert len(after) == len(runs)
+
+
+def test_backfill_takes_bare_dates_in_the_schedule_zone(
+    published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    path = f"{API}/definitions/{{name}}/backfill"
+    week = {"from": "2026-10-12", "until": "2026-10-17"}
+    body = conforms(
+        document, alice.post(f"{API}/definitions/nightly/backfill", json=week), path, "post"
+    )
+    assert (body["slots"], body["inserted"], body["already_recorded"]) == (5, 5, 0)
+    again = alice.post(f"{API}/definitions/nightly/backfill", json=week).json()
+    assert (again["inserted"], again["already_recorded"]) == (0, 5)
+    for request, field in (
+        ({"from": "2026-10-12", "until": "2026-12-01"}, None),  # after the watermark
+        ({"from": "2026-02-30", "until": "2026-10-17"}, "from"),
+        ({"from": "2026-10-12"}, "until"),
+    ):
+        refused = alice.post(f"{API}/definitions/nightly/backfill", json=request)
+        assert refused.status_code == 400, refused.text
+        assert conforms(document, refused, path, "post")["error"]["field"] == field
+
+
+def test_definition_preview_across_the_fall_back(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    path = f"{API}/definitions/{{name}}/preview"
+    params = {"from": "2026-10-24", "until": "2026-10-27"}
+    rows = conforms(
+        document, alice.get(f"{API}/definitions/nightly/preview", params=params), path, "get"
+    )
+    cli = nbcast(
+        server, "schedule", "preview", "--definition", "nightly", "--from", "2026-10-24",
+        "--to", "2026-10-27", "--json", tenant="acme",
+    )  # fmt: skip
+    assert rows == json.loads(cli)
+    assert [r["local"][:10] for r in rows].count("2026-10-25") >= 1
+    assert {r["local"][19:] for r in rows} == {"+02:00", "+01:00"}
+    too_many = alice.get(f"{API}/definitions/nightly/preview", params={**params, "limit": 1})
+    assert too_many.status_code == 400
+    conforms(document, too_many, path, "get")
+
+
+def test_schedule_preview_matches_the_cli(
+    server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    path = f"{API}/schedule/preview"
+    params = {
+        "cron": "30 2 * * *",
+        "tz": "America/New_York",
+        "from": "2026-03-07",
+        "until": "2026-03-10",
+        "dst_gap": "skip",
+    }
+    rows = conforms(document, alice.get(path, params=params), path, "get")
+    cli = nbcast(
+        server, "schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York",
+        "--from", "2026-03-07", "--to", "2026-03-10", "--dst-gap", "skip", "--json",
+    )  # fmt: skip
+    assert rows == json.loads(cli)
+    assert [r["status"] for r in rows] == ["scheduled", "skipped", "scheduled"]
+    every = alice.get(
+        path, params={"every": "6h", "from": "2026-01-01T00:00:00Z", "until": "2026-01-02"}
+    )
+    assert len(conforms(document, every, path, "get")) == 4
+    for bad, field in (
+        ({**params, "cron": "nope"}, None),
+        ({**params, "every": "1h"}, "cron"),
+        ({**params, "tz": "Mars/Olympus"}, None),
+        ({**params, "from": "soon"}, "from"),
+        ({**params, "dst_fold": "middle"}, "dst_fold"),
+        ({**params, "limit": 10_001}, "limit"),
+    ):
+        answer = alice.get(path, params=bad)
+        assert answer.status_code == 400, (bad, answer.text)
+        assert conforms(document, answer, path, "get")["error"]["field"] == field
+
+
+def test_another_tenant_finds_nothing(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    with server.client("bob") as bob:
+        listed = conforms(document, bob.get(f"{API}/definitions"), f"{API}/definitions", "get")
+        assert listed["items"] == []
+        base = f"{API}/definitions/nightly"
+        for method, url, body in (
+            ("GET", base, None),
+            ("GET", f"{base}/versions", None),
+            ("GET", f"{base}/diff?a=1&b=1", None),
+            ("GET", f"{base}/diff?a=1&b=1&format=html", None),
+            ("GET", f"{base}/preview?from=2026-10-24&until=2026-10-27", None),
+            ("POST", f"{base}/pause", None),
+            ("POST", f"{base}/resume", None),
+            ("POST", f"{base}/runs", {"parameters": {}}),
+            ("POST", f"{base}/backfill", {"from": "2026-10-12", "until": "2026-10-13"}),
+        ):
+            answer = bob.request(method, url, json=body)
+            assert answer.status_code == 404, (method, url, answer.text)
+            assert answer.json()["error"]["code"] == "not_found"
+        # bob's publish of the same name is his own definition, not alice's
+        mine = bob.post(f"{API}/definitions", json={"notebook": notebook(NIGHTLY, "2\n")})
+        assert mine.status_code == 201
+        assert bob.post(f"{base}/pause").json()["changed"] is True
+    assert alice.get(f"{API}/definitions/nightly").json()["paused"] is False
+    assert alice.get(f"{API}/definitions/nightly").json()["nbcast"] == NIGHTLY
