@@ -1,0 +1,286 @@
+"""The status pages against a live server: each page for its tenant, 404 pages for
+another tenant's objects, hostile text escaped, forms behind XSRF with
+Post/Redirect/Get. Data is seeded through the ``nbcast`` CLI with the server's own
+environment (its home and database)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from nbcast.access import Caller
+from nbcast.config import load_settings
+from nbcast.db import Database
+from tests.notebooks import make_notebook
+from tests.server.live import LiveServer, user_token
+
+BIN = Path(sys.executable).parent
+
+HOSTILE_VALUE = "<img src=x onerror=alert(1)>"
+HOSTILE_ERROR = "<script>alert('boom')</script>"
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What :func:`seed` made: acme's failing definition and its run, acme's
+    succeeding definition, and globex's definition and run."""
+
+    failing: str
+    failed_run: int
+    good: str
+    other: str
+    other_run: int
+
+
+def nbcast(server: LiveServer, *args: str, tenant: str | None = None, user: str = "alice") -> str:
+    """Run the ``nbcast`` command with the server's environment; its output."""
+    env = {**server.env, "NBCAST_USER": user}
+    env.pop("NBCAST_TENANT", None)
+    if tenant is not None:
+        env["NBCAST_TENANT"] = tenant
+    done = subprocess.run(
+        [str(BIN / "nbcast"), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def seed(server: LiveServer) -> Seeded:
+    """Tenants acme (one attempt per run) and globex; in acme a definition whose
+    notebook raises hostile text, run once with a hostile parameter value and failed,
+    and one that succeeds; in globex a definition with a queued run."""
+    folder = server.folder / "notebooks"
+    nbcast(server, "tenants", "--operator", "create", "acme", "--max-attempts", "1")
+    nbcast(server, "tenants", "--operator", "create", "globex")
+    failing = make_notebook(
+        folder / "failing.ipynb",
+        parameters='region = "EMEA"\n',
+        body=f"raise ValueError({HOSTILE_ERROR!r} + region)",
+        nbcast={
+            "name": "sales.daily",
+            "schedule": {"cron": "30 1 * * *", "timezone": "America/New_York"},
+        },
+    )
+    good = make_notebook(
+        folder / "good.ipynb",
+        parameters='region = "EMEA"\n',
+        body="print(region)",
+        nbcast={"name": "kpi", "schedule": {"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"}},
+    )
+    other = make_notebook(
+        folder / "other.ipynb",
+        body="print(region)",
+        nbcast={"name": "globex-secret", "schedule": {"cron": "0 * * * *"}},
+    )
+    nbcast(server, "publish", str(failing), tenant="acme")
+    nbcast(server, "publish", str(good), tenant="acme")
+    nbcast(server, "publish", str(other), tenant="globex", user="bob")
+    nbcast(server, "scheduler", "tick")
+    out = nbcast(server, "run", "sales.daily", "-p", f"region={HOSTILE_VALUE}", tenant="acme")
+    failed_run = int(re.search(r"run (\d+)", out).group(1))  # type: ignore[union-attr]
+    nbcast(server, "worker", "--exit-when-idle", "--retry-backoff", "0")
+    out = nbcast(server, "run", "globex-secret", tenant="globex", user="bob")
+    other_run = int(re.search(r"run (\d+)", out).group(1))  # type: ignore[union-attr]
+    return Seeded("sales.daily", failed_run, "kpi", "globex-secret", other_run)
+
+
+@pytest.fixture(scope="module")
+def seeded(server: LiveServer) -> Seeded:
+    return seed(server)
+
+
+def is_paused(server: LiveServer, name: str, tenant: str = "acme") -> bool:
+    """Whether ``name`` is paused, read through the command layer."""
+    from nbcast.definitions.queries import get_definition
+
+    db = Database.open(load_settings(dict(server.env)).database_url)
+    try:
+        with db.session() as session:
+            return get_definition(session, Caller(tenant=tenant, user="test"), name).paused
+    finally:
+        db.dispose()
+
+
+@pytest.fixture
+def browser(server: LiveServer) -> Iterator[httpx.Client]:
+    """An httpx client that logs in like a browser: ``?token=`` once, cookies after
+    (so XSRF applies, as it does to a browser's forms)."""
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        answer = client.get("/nbcast/", params={"token": user_token("alice")})
+        assert answer.status_code == 200
+        yield client
+
+
+def xsrf_of(page: str) -> str:
+    """The XSRF token in a page's first form."""
+    found = re.search(r'name="_xsrf" value="([^"]+)"', page)
+    assert found, "the page has no form with an XSRF token"
+    return found.group(1)
+
+
+def test_each_page_answers_for_its_tenant(server: LiveServer, seeded: Seeded) -> None:
+    with server.client("alice") as client:
+        pages = {
+            "/nbcast/": [seeded.failing, seeded.good, "scheduler", "Failed deliveries"],
+            "/nbcast/definitions": [seeded.failing, seeded.good, "Run now"],
+            f"/nbcast/definitions/{seeded.failing}": [
+                "America/New_York",
+                "Next fire times",
+                f"#{seeded.failed_run}",
+                "max_attempts",
+            ],
+            f"/nbcast/runs/{seeded.failed_run}": [
+                "FAILED",
+                "ValueError",
+                "cell 2, line 1",
+                f"/nbcast/api/v1/runs/{seeded.failed_run}/notebook",
+                "Rerun",
+            ],
+        }
+        for path, expected in pages.items():
+            answer = client.get(path)
+            assert answer.status_code == 200, (path, answer.text[:500])
+            assert answer.headers["content-type"].startswith("text/html")
+            for text in expected:
+                assert text in answer.text, (path, text)
+            assert seeded.other not in answer.text, path
+        css = re.search(r'<link rel="stylesheet" href="([^"]+)"', answer.text)
+        assert css is not None
+        sheet = client.get(css.group(1))
+        assert sheet.status_code == 200 and ".state-failed" in sheet.text
+
+
+def test_another_tenants_objects_are_404_pages(server: LiveServer, seeded: Seeded) -> None:
+    with server.client("alice") as client:
+        for path in (
+            f"/nbcast/definitions/{seeded.other}",
+            f"/nbcast/runs/{seeded.other_run}",
+            "/nbcast/runs/999999",
+            "/nbcast/runs/not-a-number",
+        ):
+            answer = client.get(path)
+            assert answer.status_code == 404, path
+            assert answer.headers["content-type"].startswith("text/html")
+            assert "Not found" in answer.text
+            assert "Traceback" not in answer.text
+    with server.client("bob") as client:
+        assert client.get(f"/nbcast/runs/{seeded.failed_run}").status_code == 404
+        assert client.get(f"/nbcast/definitions/{seeded.failing}").status_code == 404
+        overview = client.get("/nbcast/")
+        assert overview.status_code == 200
+        assert seeded.other in overview.text and seeded.failing not in overview.text
+
+
+def test_hostile_text_is_escaped(server: LiveServer, seeded: Seeded) -> None:
+    with server.client("alice") as client:
+        run = client.get(f"/nbcast/runs/{seeded.failed_run}").text
+        assert HOSTILE_VALUE not in run and HOSTILE_ERROR not in run
+        assert "&lt;img src=x onerror=alert(1)&gt;" in run  # the parameter, shown as text
+        assert "&lt;script&gt;alert(" in run  # the error, shown as text
+        missing = client.get("/nbcast/definitions/%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+        assert missing.status_code == 404
+        assert "<script>alert(1)" not in missing.text
+        assert "&lt;script&gt;alert(1)" in missing.text
+        assert "<script" not in client.get("/nbcast/").text
+
+
+def test_a_browser_without_a_login_goes_to_the_login_page(server: LiveServer) -> None:
+    answer = httpx.get(f"{server.url}/nbcast/", follow_redirects=False, timeout=30)
+    assert answer.status_code == 302
+    assert "/login?next=" in answer.headers["location"]
+    posted = httpx.post(f"{server.url}/nbcast/definitions/kpi/pause", timeout=30)
+    assert posted.status_code == 403
+
+
+def test_a_form_without_xsrf_is_refused_and_writes_nothing(
+    server: LiveServer, seeded: Seeded, browser: httpx.Client
+) -> None:
+    assert not is_paused(server, seeded.good)
+    answer = browser.post(f"/nbcast/definitions/{seeded.good}/pause", data={})
+    assert answer.status_code == 403
+    assert "Traceback" not in answer.text
+    assert not is_paused(server, seeded.good)
+
+
+def test_pause_and_resume_through_the_forms(
+    server: LiveServer, seeded: Seeded, browser: httpx.Client
+) -> None:
+    page = browser.get(f"/nbcast/definitions/{seeded.good}")
+    assert "▶ ACTIVE" in page.text
+    answer = browser.post(
+        f"/nbcast/definitions/{seeded.good}/pause", data={"_xsrf": xsrf_of(page.text)}
+    )
+    assert answer.status_code == 302
+    assert answer.headers["location"] == f"/nbcast/definitions/{seeded.good}"
+    assert is_paused(server, seeded.good)
+    after = browser.get(answer.headers["location"])
+    assert "⏸ PAUSED" in after.text
+    assert f"{seeded.good} paused" in after.text  # the flash message, once
+    assert f"{seeded.good} paused" not in browser.get(answer.headers["location"]).text
+    answer = browser.post(
+        f"/nbcast/definitions/{seeded.good}/resume",
+        data={"_xsrf": xsrf_of(after.text), "back": "overview"},
+    )
+    assert answer.status_code == 302
+    assert answer.headers["location"] == "/nbcast/"
+    assert not is_paused(server, seeded.good)
+
+
+def test_run_now_leads_to_the_new_run_and_a_refusal_is_a_flash(
+    server: LiveServer, seeded: Seeded, browser: httpx.Client
+) -> None:
+    page = browser.get(f"/nbcast/definitions/{seeded.good}")
+    answer = browser.post(
+        f"/nbcast/definitions/{seeded.good}/run",
+        data={"_xsrf": xsrf_of(page.text), "parameters": "region=APAC"},
+    )
+    assert answer.status_code == 302
+    location = answer.headers["location"]
+    assert re.fullmatch(r"/nbcast/runs/\d+", location)
+    run = browser.get(location).text
+    assert "QUEUED" in run and "&#34;APAC&#34;" in run  # the value, as escaped JSON
+    assert 'http-equiv="refresh"' in run  # queued: the page reloads itself
+    # Bad parameters are refused: a flash message, no run, no traceback.
+    answer = browser.post(
+        f"/nbcast/definitions/{seeded.good}/run",
+        data={"_xsrf": xsrf_of(page.text), "parameters": "no_such_parameter=1"},
+    )
+    assert answer.status_code == 302
+    shown = browser.get(answer.headers["location"])
+    assert "Refused:" in shown.text and "no_such_parameter" in shown.text
+    assert "Traceback" not in shown.text
+    # Cancelling a finished run is refused the same way.
+    failed = browser.get(f"/nbcast/runs/{seeded.failed_run}").text
+    answer = browser.post(
+        f"/nbcast/runs/{seeded.failed_run}/cancel", data={"_xsrf": xsrf_of(failed)}
+    )
+    assert answer.status_code == 302
+    shown = browser.get(answer.headers["location"])
+    assert "Refused:" in shown.text
+    # Rerun queues a new run and goes there.
+    answer = browser.post(
+        f"/nbcast/runs/{seeded.failed_run}/rerun", data={"_xsrf": xsrf_of(failed)}
+    )
+    assert answer.status_code == 302
+    rerun = browser.get(answer.headers["location"]).text
+    assert f"#{seeded.failed_run}" in rerun and "rerun" in rerun
+
+
+def test_forms_on_another_tenants_objects_are_404(
+    server: LiveServer, seeded: Seeded, browser: httpx.Client
+) -> None:
+    token = xsrf_of(browser.get("/nbcast/definitions").text)
+    answer = browser.post(f"/nbcast/definitions/{seeded.other}/pause", data={"_xsrf": token})
+    assert answer.status_code == 404
+    assert not is_paused(server, seeded.other, tenant="globex")
+    answer = browser.post(f"/nbcast/runs/{seeded.other_run}/cancel", data={"_xsrf": token})
+    assert answer.status_code == 404
+    answer = browser.post(f"/nbcast/definitions/{seeded.good}/explode", data={"_xsrf": token})
+    assert answer.status_code == 404
