@@ -387,3 +387,52 @@ def test_another_tenant_finds_nothing(
         assert bob.post(f"{base}/pause").json()["changed"] is True
     assert alice.get(f"{API}/definitions/nightly").json()["paused"] is False
     assert alice.get(f"{API}/definitions/nightly").json()["nbcast"] == NIGHTLY
+
+
+def test_the_html_diff_is_cut_well_formed_and_shows_hidden_characters() -> None:
+    from datetime import UTC, datetime
+    from html.parser import HTMLParser
+
+    from nbcast.definitions.diff_html import diff_fragment
+    from nbcast.definitions.queries import VersionInfo
+
+    def version(number: int, *sources: str) -> VersionInfo:
+        return VersionInfo(
+            definition="d<i>",
+            version=number,
+            sha256="0" * 64,
+            author="alice",
+            message="",
+            created_at=datetime(2026, 10, 1, tzinfo=UTC),
+            schema=(),
+            block={},
+            notebook_json=json.dumps(notebook({}, *sources)),
+        )
+
+    class Tags(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.open: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            if tag != "br":
+                self.open.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            assert self.open.pop() == tag
+
+    old = version(1, "".join(f"line {i}\n" for i in range(2_000)))
+    new = version(2, "".join(f"line {i} changed\u202e\x07\n" for i in range(2_000)))
+    whole = diff_fragment(old, new)
+    assert "line 7 changed&lt;U+202E&gt;&lt;U+0007&gt;" in whole
+    assert "\u202e" not in whole
+    assert "\x07" not in whole
+    assert "d&lt;i&gt;" in whole
+    cut = diff_fragment(old, new, cap=5_000)
+    assert len(cut) < 5_300 < len(whole)
+    assert "The diff was cut at 5,000 characters" in cut
+    for text in (whole, cut):
+        tags = Tags()
+        tags.feed(text)
+        tags.close()
+        assert tags.open == []

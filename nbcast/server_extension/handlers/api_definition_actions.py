@@ -456,7 +456,10 @@ class DefinitionDiffHandler(ApiHandler):
             self.write_json(answer)
             return
         self.set_status(200)
-        self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+        self.set_header(
+            "Content-Security-Policy",
+            "frame-ancestors 'self'; default-src 'none'; style-src 'unsafe-inline'",
+        )
         self.set_header("X-Content-Type-Options", "nosniff")
         self.finish(answer, set_content_type="text/html; charset=UTF-8")
 

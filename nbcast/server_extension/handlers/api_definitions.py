@@ -460,6 +460,13 @@ class DefinitionsHandler(ApiHandler):
         text = model.get("content")
         if not isinstance(text, str):
             raise ApiError(400, f"{clip(clean)} is not a text file", field="path")
+        if len(text) > MAX_NOTEBOOK_FILE_BYTES:  # the manager did not say its size
+            raise ApiError(
+                400,
+                f"{clip(clean)} is over the {MAX_NOTEBOOK_FILE_BYTES:,}-byte limit of a "
+                "notebook file",
+                field="path",
+            )
         root = getattr(manager, "root_dir", None)
         source = str(Path(root, clean).resolve()) if isinstance(root, str) else f"contents:{clean}"
         loaded = await self.call(lambda: loaded_document(parse_notebook_text(text, clean), clean))
