@@ -41,6 +41,7 @@ scans, so scrape every 15–60 s, not every second.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -76,6 +77,7 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 """Upper bounds (seconds) of the duration histograms' buckets."""
 
 OTHER = "other"
+log = logging.getLogger(__name__)
 SERVICE_KINDS = ("scheduler", "worker", "delivery-worker")
 
 
@@ -253,6 +255,7 @@ class DatabaseCollector(Collector):
 
         rows = session.execute(
             sa.select(tenant.name, sa.func.count())
+            .select_from(run)
             .join(tenant, tenant.id == run.tenant_id)
             .where(run.state == RunState.QUEUED.value)
             .group_by(tenant.name)

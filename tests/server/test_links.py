@@ -145,7 +145,14 @@ def test_tampered_forged_and_foreign_tokens_are_403_and_record_nothing(
     other_purpose = _signer(live).sign({"l": _link_id(live, url), "a": "0"}, purpose="unsubscribe")
     forged = Signer([("k1", "a-secret-nobody-configured")]).sign({"l": 1, "a": "0"}, purpose="link")
     before = _opens(live, delivered.run_id)
-    for bad in (flipped, "zz." + token.split(".", 1)[1], other_purpose, forged, "garbage", "x" * 5000):
+    for bad in (
+        flipped,
+        "zz." + token.split(".", 1)[1],
+        other_purpose,
+        forged,
+        "garbage",
+        "x" * 5000,
+    ):
         answer = _open(f"{base}/{bad}")
         assert answer.status_code == 403, (bad[:40], answer.status_code)
         assert answer.headers["content-type"].startswith("text/html")
@@ -160,7 +167,9 @@ def test_a_well_signed_token_for_no_link_is_404(live: LiveServer) -> None:
 
 
 def test_a_revoked_link_is_410(live: LiveServer, delivered: Delivered) -> None:
-    url = next(u for u in delivered.links if _open(u).headers["content-type"].startswith("text/csv"))
+    url = next(
+        u for u in delivered.links if _open(u).headers["content-type"].startswith("text/csv")
+    )
     db = database(live)
     try:
         assert revoke_link(db, SystemClock(), ALICE, _link_id(live, url)) is True

@@ -47,6 +47,5 @@ class MetricsHandler(ApiHandler):
     async def _expose(self, *, per_tenant: bool) -> None:
         registry = metrics_registry(self.state.db, self.state.clock, per_tenant=per_tenant)
         body = await self.call(generate_latest, registry)
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.set_header("Cache-Control", "no-store")
-        self.finish(body)
+        self.finish(body, set_content_type=CONTENT_TYPE_LATEST)  # not APIHandler's JSON
