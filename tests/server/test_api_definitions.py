@@ -436,3 +436,40 @@ def test_the_html_diff_is_cut_well_formed_and_shows_hidden_characters() -> None:
         tags.feed(text)
         tags.close()
         assert tags.open == []
+
+
+@pytest.mark.parametrize(
+    "name", ["%00", "x" * 300, "%C3%A9t%C3%A9", "..%2F..", "%F0%9F%92%A5", "nightly%20"]
+)
+def test_odd_names_are_not_found_never_a_server_error(
+    published: dict[str, Any], alice: httpx.Client, name: str
+) -> None:
+    base = f"{API}/definitions/{name}"
+    for method, url, body in (
+        ("GET", base, None),
+        ("GET", f"{base}/versions", None),
+        ("GET", f"{base}/diff?a=1&b=1", None),
+        ("GET", f"{base}/preview?from=2026-10-24&until=2026-10-25", None),
+        ("POST", f"{base}/pause", None),
+        ("POST", f"{base}/runs", {}),
+        ("POST", f"{base}/backfill", {"from": "2026-10-12", "until": "2026-10-13"}),
+    ):
+        answer = alice.request(method, url, json=body)
+        assert answer.status_code == 404, (method, url, answer.status_code, answer.text)
+
+
+def test_odd_publish_paths_are_refused_with_the_field(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client
+) -> None:
+    (server.folder / "binary.ipynb").write_bytes(b"\xff\xfe\x00garbage")
+    (server.folder / "text.ipynb").write_text("{not json")
+    for path in ("x" * 300 + ".ipynb", "a/" * 400, "binary.ipynb", "text.ipynb", "/", "%00"):
+        answer = alice.post(f"{API}/definitions", json={"path": path})
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"]["field"] in ("path", None)
+
+
+def test_nothing_above_was_a_server_error(server: LiveServer) -> None:
+    log = server.log()
+    assert "Traceback" not in log
+    assert not [line for line in log.splitlines() if "] 500 " in line]

@@ -46,7 +46,7 @@ from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import ConfigError, NbcastError, UnknownDefinitionError
 from nbcast.governance.tenants import get_tenant
-from nbcast.limits import MAX_NOTEBOOK_FILE_BYTES, clip
+from nbcast.limits import MAX_NOTEBOOK_FILE_BYTES, clip, storable_text
 from nbcast.scheduler.upcoming import upcoming
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
@@ -331,8 +331,10 @@ def tenant_exists(session: Session, caller: Caller) -> bool:
 
 def require_tenant(session: Session, caller: Caller, name: str) -> None:
     """Definition ``name`` is not found (404) when the caller's tenant does not exist
-    yet, rather than the command layer's "no tenant" (400)."""
-    if not tenant_exists(session, caller):
+    yet, rather than the command layer's "no tenant" (400), or when no definition
+    could have that name (too long, or text nbcast cannot store: a NUL would reach
+    PostgreSQL as an error of its own)."""
+    if len(name) > 200 or not storable_text(name) or not tenant_exists(session, caller):
         raise UnknownDefinitionError(
             f"no definition named {clip(name)} in tenant {caller.tenant!r}"
         )
@@ -457,6 +459,10 @@ class DefinitionsHandler(ApiHandler):
                 raise
             reason = exc.log_message or exc.reason or "cannot be read"
             raise ApiError(400, f"{clip(clean)}: {reason}", field="path") from None
+        except (OSError, ValueError) as exc:  # a name the file system refuses
+            raise ApiError(
+                400, f"{clip(clean)}: cannot be read ({type(exc).__name__})", field="path"
+            ) from None
         text = model.get("content")
         if not isinstance(text, str):
             raise ApiError(400, f"{clip(clean)} is not a text file", field="path")
