@@ -1,0 +1,200 @@
+"""The status pages in a real Chromium (Debian's, through Playwright): every page loads
+with no console error, the pause button pauses, run-now makes a run that a worker
+then runs to SUCCEEDED, and full-page screenshots of every page are kept as test
+artifacts (``$NBCAST_TEST_ARTIFACTS``, else ``test-artifacts/screenshots``).
+
+Without chromium the tests are skipped with the reason — except in CI
+(``CI=true``), where a missing browser is a failure."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.server.live import LiveServer, user_token
+from tests.server.test_pages import Seeded, is_paused, seed
+
+pytestmark = pytest.mark.chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _screenshots_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "ui_screenshots", ROOT / "scripts" / "ui_screenshots.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+shots = _screenshots_module()
+
+
+def _require_browser() -> None:
+    """Skip (fail in CI) when chromium or Playwright is missing."""
+    missing = None
+    if importlib.util.find_spec("playwright") is None:
+        missing = "playwright is not installed (pip install nbcast[dev])"
+    elif shots.chromium_executable() is None:
+        missing = "chromium is not installed (make chromium, or apt-get install -y chromium)"
+    if missing is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser tests must run in CI: {missing}")
+    pytest.skip(missing)
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    folder = Path(
+        os.environ.get("NBCAST_TEST_ARTIFACTS") or ROOT / "test-artifacts" / "screenshots"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def seeded(server: LiveServer) -> Seeded:
+    _require_browser()
+    return seed(server)
+
+
+@pytest.fixture(scope="module")
+def browser(seeded: Seeded) -> Iterator[Any]:
+    with shots.open_browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture
+def page(browser: Any, server: LiveServer) -> Iterator[Any]:
+    """A logged-in page (alice), collecting console errors and page errors."""
+    context = browser.new_context(viewport=shots.VIEWPORT)
+    tab = context.new_page()
+    tab.problems = []
+    tab.on("console", lambda m: m.type == "error" and tab.problems.append(m.text))
+    tab.on("pageerror", lambda e: tab.problems.append(str(e)))
+    answer = tab.goto(f"{server.url}/nbcast/?token={user_token('alice')}")
+    assert answer is not None
+    assert answer.status == 200
+    yield tab
+    context.close()
+
+
+def _open(page: Any, url: str) -> None:
+    answer = page.goto(url)
+    assert answer is not None, url
+    assert answer.status == 200, (url, answer.status)
+
+
+def test_every_page_loads_cleanly_and_is_photographed(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    pages = {
+        "overview": "/nbcast/",
+        "definitions": "/nbcast/definitions",
+        "definition": f"/nbcast/definitions/{seeded.failing}",
+        "run-failed": f"/nbcast/runs/{seeded.failed_run}",
+        "not-found": "/nbcast/runs/999999",
+    }
+    for name, path in pages.items():
+        answer = page.goto(server.url + path)
+        assert answer is not None
+        assert answer.status == (404 if name == "not-found" else 200), path
+        assert page.locator("header.top").is_visible()
+        page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+        assert (artifacts / f"{name}.png").stat().st_size > 5_000
+        if name == "not-found":  # Chromium logs the document's own 404, and only that
+            assert page.problems == [
+                "Failed to load resource: the server responded with a status of 404 (Not Found)"
+            ]
+            page.problems.clear()
+        assert page.problems == [], name
+    # The failing cell's line is on the run page as text, the hostile error inert.
+    _open(page, f"{server.url}/nbcast/runs/{seeded.failed_run}")
+    assert "cell 2, line 1" in page.inner_text("main")
+    assert page.locator("main script, main img").count() == 0
+    # A phone-sized view of the overview.
+    page.set_viewport_size({"width": 390, "height": 844})
+    _open(page, f"{server.url}/nbcast/")
+    page.screenshot(path=str(artifacts / "overview-phone.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_pause_through_the_form(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    _open(page, f"{server.url}/nbcast/definitions/{seeded.good}")
+    assert "ACTIVE" in page.inner_text("h1")
+    page.get_by_role("button", name="Pause").click()
+    page.wait_for_url(f"{server.url}/nbcast/definitions/{seeded.good}")
+    assert "PAUSED" in page.inner_text("h1")
+    assert f"{seeded.good} paused" in page.inner_text(".flash")
+    assert is_paused(server, seeded.good)
+    page.screenshot(path=str(artifacts / "definition-paused.png"), full_page=True)
+    page.get_by_role("button", name="Resume").click()
+    page.wait_for_url(f"{server.url}/nbcast/definitions/{seeded.good}")
+    assert "ACTIVE" in page.inner_text("h1")
+    assert not is_paused(server, seeded.good)
+    assert page.problems == []
+
+
+def test_run_now_from_the_page_runs_to_success(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    _open(page, f"{server.url}/nbcast/definitions/{seeded.good}")
+    page.fill("textarea[name=parameters]", "region=APAC")
+    page.get_by_role("button", name="Run now").click()
+    page.wait_for_url(f"{server.url}/nbcast/runs/*")
+    assert "QUEUED" in page.inner_text("h1")
+    run_url = page.url
+    worker = subprocess.run(
+        [str(BIN / "nbcast"), "worker", "--exit-when-idle", "--retry-backoff", "0"],
+        env={**server.env, "NBCAST_USER": "alice"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 0, worker.stderr
+    deadline = time.monotonic() + 30  # the run ended when the worker exited
+    state = ""
+    while time.monotonic() < deadline:
+        _open(page, run_url)
+        state = page.inner_text("h1")
+        if "SUCCEEDED" in state:
+            break
+        time.sleep(0.2)
+    assert "SUCCEEDED" in state
+    assert '"APAC"' in page.inner_text("main")
+    page.screenshot(path=str(artifacts / "run-succeeded.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_the_demo_helper_saves_screenshots(
+    server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    # A thread of its own: Playwright's sync API runs one instance per thread, and the
+    # module's browser holds this one.
+    with ThreadPoolExecutor(1) as pool:
+        written = pool.submit(
+            shots.save_screenshots,
+            server.url + "/",
+            user_token("alice"),
+            artifacts / "demo",
+            seeded.failed_run,
+        ).result(timeout=120)
+    assert [p.name for p in written] == ["overview.png", f"run-{seeded.failed_run}.png"]
+    assert all(p.stat().st_size > 5_000 for p in written)
