@@ -167,7 +167,12 @@ class NbcastApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         """Start the embedded services once the event loop runs (on its thread, which
         lives as long as the server: :mod:`nbcast.server_extension.services`)."""
-        if self.services is not None:
+        if self.services is not None and self.state is not None:
+            state = self.state
+            try:  # migrate once here, rather than in three children at once
+                await state.run(lambda: state.db)
+            except Exception as exc:  # the children will say it again, and back off
+                self.log.error("nbcast: cannot open the database: %s", exc)
             self.services.start()
 
     async def stop_extension(self) -> None:

@@ -21,9 +21,9 @@ What the :class:`ServiceSupervisor` guarantees:
   ``stop_extension``) sends SIGTERM — the services' graceful stop — waits up to
   :data:`STOP_GRACE` seconds, then SIGKILLs what is left. If the server dies without
   stopping (SIGKILL, a crash), Linux sends each child SIGTERM through
-  ``PR_SET_PDEATHSIG``. That is set by a small bootstrap that runs *in the child*
-  before nbcast's CLI (:data:`_BOOTSTRAP`), not in ``preexec_fn``, which is unsafe in
-  a server that has threads; the death signal belongs to the thread that forked, so
+  ``PR_SET_PDEATHSIG``. That is set *in the child*, before nbcast's CLI runs
+  (:func:`child_main`), not in ``preexec_fn``, which is unsafe in a server that has
+  threads; the death signal belongs to the thread that forked, so
   children are started from the event loop's thread, which lives as long as the
   server. Each child leads a process group of its own: a Ctrl-C at the server's
   terminal reaches the server only (which then stops the children in order), and
@@ -63,6 +63,7 @@ __all__ = [
     "ChildSpec",
     "ServiceSupervisor",
     "backoff_delay",
+    "child_main",
     "disabled_snapshot",
     "embedded_children",
 ]
@@ -85,21 +86,7 @@ MAX_LINES_PER_MINUTE = 600
 
 _READ_CHUNK = 64 * 1024
 _POLL = 0.2
-
-# Runs in the child, then becomes nbcast's CLI: ask Linux for SIGTERM when the
-# server's thread dies, and give up at once if the server is already gone.
-_BOOTSTRAP = """\
-import ctypes, os, signal, sys
-PR_SET_PDEATHSIG = 1
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(0)
-from nbcast.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
+_PR_SET_PDEATHSIG = 1
 
 
 class ChildState:
@@ -332,8 +319,8 @@ class ServiceSupervisor:
         return code
 
     def _argv(self, spec: ChildSpec) -> list[str]:
-        if sys.platform.startswith("linux"):
-            return [self.python, "-c", _BOOTSTRAP, str(os.getpid()), *spec.args]
+        if sys.platform.startswith("linux"):  # through child_main: PR_SET_PDEATHSIG
+            return [self.python, "-m", __name__, str(os.getpid()), *spec.args]
         return [self.python, "-m", "nbcast", *spec.args]
 
     def _signal(
@@ -411,9 +398,29 @@ def disabled_snapshot() -> dict[str, Any]:
     return {"enabled": False, "stopping": False, "children": []}
 
 
+def child_main(argv: Sequence[str]) -> int:
+    """A child's start on Linux: ``python -m nbcast.server_extension.services <server
+    pid> <nbcast arguments>``. Asks Linux for SIGTERM when the server's thread dies,
+    gives up at once if the server is already gone (it died before the request took
+    effect), then runs nbcast's CLI in this process."""
+    import ctypes
+
+    with contextlib.suppress(Exception):  # no prctl (not glibc): the stop hook remains
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if not argv or os.getppid() != int(argv[0]):
+        return 0
+    from nbcast.cli import main
+
+    return main(list(argv[1:]))
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
 def _instant(value: datetime | None) -> str | None:
     return None if value is None else format_instant(value)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

@@ -25,6 +25,7 @@ from tests.notebooks import make_notebook
 from tests.server.live import LiveServer
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 KINDS = {"scheduler", "worker", "delivery-worker"}
 T = TypeVar("T")
 
@@ -201,3 +202,28 @@ def test_killing_the_server_takes_its_children_with_it(tmp_path: Path) -> None:
         wait_for("the children to exit", lambda: not any(alive(pid) for pid in pids))
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize(
+    "unit",
+    sorted(p.name for p in (REPO / "deploy" / "systemd").glob("*.service")),
+)
+def test_the_systemd_units_run_commands_nbcast_has(unit: str) -> None:
+    text = (REPO / "deploy" / "systemd" / unit).read_text()
+    commands = [
+        line.split("=", 1)[1].split()
+        for line in text.splitlines()
+        if line.startswith(("ExecStart=", "ExecStartPre="))
+    ]
+    assert commands
+    for argv in commands:
+        assert argv[0] == "/opt/nbcast/venv/bin/nbcast"
+        args = [a.replace("%H", "host").replace("%i", "1") for a in argv[1:]]
+        # Unknown options and commands fail before --help answers.
+        done = subprocess.run(
+            [str(BIN / "nbcast"), *args, "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, (unit, args, done.stderr)
+        assert "Usage: nbcast" in done.stdout
+    if "worker" in unit or "scheduler" in unit:
+        assert "KillMode=mixed" in text  # SIGTERM to the service alone: its graceful stop
