@@ -7,8 +7,8 @@ verifies with a configured key, the row exists and matches the token, it has not
 expired and it has not been revoked — each failure a
 :class:`~nbcast.errors.LinkError` saying which. The URL is
 ``<base URL>/nbcast/links/<token>``: it is served by the server extension's
-``/nbcast/links/<token>`` endpoint, which will audit every open (planned: until it
-ships, nothing in nbcast serves a link; :func:`verify_link` is what it will call).
+``/nbcast/links/<token>`` endpoint, which checks it with :func:`verify_link` and
+records every opening (:mod:`nbcast.delivery.link_opens`).
 Revoking goes through :func:`nbcast.delivery.commands.revoke_link`, which scopes it to
 the caller's tenant.
 """

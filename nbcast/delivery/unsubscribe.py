@@ -7,12 +7,12 @@ Every message of a channel with
 (:class:`~nbcast.delivery.signing.Signer`, purpose ``unsubscribe``) and names the
 tenant, the report, the channel and the recipient, so the endpoint needs no login and
 nobody can unsubscribe someone else. That endpoint is the server extension's
-``/nbcast/unsubscribe/<token>`` (planned; until it ships, ``nbcast unsubscribe
---token`` records what it would). ``nbcast unsubscribe`` records the same from the
-command line (:mod:`nbcast.delivery.commands`). An opt-out is a row in
-``unsubscriptions`` — for one report (``scope`` = its name) or all of a tenant's
-reports (``*``) — and the ledger
-suppresses later deliveries to that recipient (SUPPRESSED ``unsubscribed``), leaving
+``/nbcast/unsubscribe/<token>`` (a ``POST`` with ``List-Unsubscribe=One-Click``
+records the opt-out; a ``GET`` shows a confirmation page and changes nothing;
+``nbcast unsubscribe --token`` records the same by hand). ``nbcast unsubscribe``
+records an opt-out from the command line (:mod:`nbcast.delivery.commands`). An
+opt-out is a row in ``unsubscriptions`` — for one report (``scope`` = its name) or
+all of a tenant's reports (``*``) — and the ledger suppresses later deliveries to that recipient (SUPPRESSED ``unsubscribed``), leaving
 the evidence in the ledger.
 """
 
@@ -65,7 +65,7 @@ def unsubscribe_token(
 
 
 def unsubscribe_url(base_url: str, token: str) -> str:
-    """The one-click URL for ``token`` (the server extension's endpoint, planned)."""
+    """The one-click URL for ``token`` (the server extension's endpoint)."""
     return f"{base_url.rstrip('/')}/nbcast/unsubscribe/{token}"
 
 

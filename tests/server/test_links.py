@@ -10,6 +10,7 @@ server's strictest mode: the public endpoints must still answer without a login
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,12 +19,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nbcast.artifacts import open_store
 from nbcast.clock import SystemClock
+from nbcast.config import load_settings
 from nbcast.delivery.commands import revoke_link
 from nbcast.delivery.link_opens import network_of, opens_of_run
 from nbcast.delivery.links import create_link
 from nbcast.delivery.models import SignedLink
 from nbcast.delivery.signing import Signer, load_signer
+from nbcast.server_extension.handlers.links import CHUNK_BYTES
 from nbcast.server_extension.ratelimit import RateLimiter
 from tests.server.deliveries import ALICE, Delivered, database, deliver
 from tests.server.live import BIN, LiveServer
@@ -141,7 +145,8 @@ def test_tampered_forged_and_foreign_tokens_are_403_and_record_nothing(
 ) -> None:
     url = delivered.links[0]
     base, token = url.rsplit("/", 1)
-    flipped = token[:-1] + ("A" if token[-1] != "A" else "B")
+    # A character inside the signature (the last one may carry unused bits).
+    flipped = token[:-10] + ("A" if token[-10] != "A" else "Q") + token[-9:]
     other_purpose = _signer(live).sign({"l": _link_id(live, url), "a": "0"}, purpose="unsubscribe")
     forged = Signer([("k1", "a-secret-nobody-configured")]).sign({"l": 1, "a": "0"}, purpose="link")
     before = _opens(live, delivered.run_id)
@@ -205,6 +210,39 @@ def test_an_expired_link_is_410(live: LiveServer, delivered: Delivered) -> None:
     finally:
         db.dispose()
     assert _open(issued.url).status_code == 410
+
+
+def test_a_large_file_is_streamed_whole(live: LiveServer, delivered: Delivered) -> None:
+    """A file of many chunks arrives byte for byte (it is sent chunk by chunk)."""
+    data = os.urandom(3 * CHUNK_BYTES + 12_345)
+    store = open_store(load_settings(live.env).artifacts_location)
+    sha = store.put(data).sha256
+    db = database(live)
+    try:
+        with db.session() as session:
+            original = session.get(SignedLink, _link_id(live, delivered.links[0]))
+            assert original is not None
+            issued = create_link(
+                session,
+                _signer(live),
+                tenant_id=original.tenant_id,
+                run_id=original.run_id,
+                recipient=original.recipient,
+                sha256=sha,
+                filename="big report.pdf",
+                media_type="application/pdf",
+                now=SystemClock().now(),
+                ttl=timedelta(hours=1),
+                base_url=live.url,
+            )
+    finally:
+        db.dispose()
+    answer = _open(issued.url)
+    assert answer.status_code == 200
+    assert answer.content == data
+    assert answer.headers["content-disposition"] == (
+        "inline; filename=\"big report.pdf\"; filename*=UTF-8''big%20report.pdf"
+    )
 
 
 def test_one_address_is_rate_limited_with_retry_after(tmp_path: Path) -> None:
