@@ -12,8 +12,8 @@ records the opt-out; a ``GET`` shows a confirmation page and changes nothing;
 ``nbcast unsubscribe --token`` records the same by hand). ``nbcast unsubscribe``
 records an opt-out from the command line (:mod:`nbcast.delivery.commands`). An
 opt-out is a row in ``unsubscriptions`` — for one report (``scope`` = its name) or
-all of a tenant's reports (``*``) — and the ledger suppresses later deliveries to that recipient (SUPPRESSED ``unsubscribed``), leaving
-the evidence in the ledger.
+all of a tenant's reports (``*``) — and the ledger suppresses later deliveries to
+that recipient (SUPPRESSED ``unsubscribed``), leaving the evidence in the ledger.
 """
 
 from __future__ import annotations
