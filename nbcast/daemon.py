@@ -146,10 +146,18 @@ class Supervisor:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.info("received %s; stopping %s %s", name, self.service.kind, self.service.name)
+            log.info(
+                "received %s; stopping %s %s",
+                name,
+                self.service.kind,
+                self.service.name,
+                extra=self._fields("stopping"),
+            )
             self.service.stop()
         else:
-            log.info("second %s: halting %s now", name, self.service.kind)
+            log.info(
+                "second %s: halting %s now", name, self.service.kind, extra=self._fields("halting")
+            )
             self.service.halt()
         self.clock.wake()
 
@@ -158,7 +166,13 @@ class Supervisor:
     def run(self) -> None:
         """Run the service's steps until it is done; heartbeat throughout."""
         service = self.service
-        log.info("%s %s started on %s", service.kind, service.name, self.db.safe_url)
+        log.info(
+            "%s %s started on %s",
+            service.kind,
+            service.name,
+            self.db.safe_url,
+            extra=self._fields("started"),
+        )
         self._beat(ServiceState.running, started=True)
         try:
             for step in service.steps():
@@ -169,7 +183,11 @@ class Supervisor:
                     self.errors += 1
                     self.last_error = f"{type(step.error).__name__}: {step.error}"[:2000]
                     log.error(
-                        "%s iteration failed: %s", service.kind, step.error, exc_info=step.error
+                        "%s iteration failed: %s",
+                        service.kind,
+                        step.error,
+                        exc_info=step.error,
+                        extra=self._fields("iteration_failed"),
                     )
                     self._beat(self._state())
                 elif time.monotonic() >= self._next_beat:
@@ -183,7 +201,16 @@ class Supervisor:
                 service.close()
             finally:
                 self._beat(ServiceState.stopped)
-                log.info("%s %s stopped", service.kind, service.name)
+                log.info("%s %s stopped", service.kind, service.name, extra=self._fields("stopped"))
+
+    def _fields(self, event: str) -> dict[str, object]:
+        """The structured fields of this service's log lines (:mod:`nbcast.logs`)."""
+        return {
+            "event": event,
+            "service": self.service.kind,
+            "service_name": self.service.name,
+            "iterations": self.iterations,
+        }
 
     def _state(self) -> str:
         return ServiceState.stopping if self.service.stopping else ServiceState.running
@@ -223,7 +250,13 @@ class Supervisor:
                     .values(**values)
                 )
         except Exception as exc:  # the database is away: try again at the next beat
-            log.warning("heartbeat of %s %s failed: %s", self.service.kind, self.service.name, exc)
+            log.warning(
+                "heartbeat of %s %s failed: %s",
+                self.service.kind,
+                self.service.name,
+                exc,
+                extra=self._fields("heartbeat_failed"),
+            )
 
 
 def _version() -> str:

@@ -48,6 +48,8 @@ __all__ = [
     "Database",
     "JSONType",
     "UTCDateTime",
+    "error_reason",
+    "import_models",
     "insert_ignore",
     "insert_many_ignore",
 ]
@@ -97,7 +99,7 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime()}  # noqa: RUF012
 
 
-def _import_models() -> None:
+def import_models() -> None:
     """Import every plane's models so ``Base.metadata`` knows all tables."""
     import nbcast.definitions.models
     import nbcast.delivery.models
@@ -145,7 +147,7 @@ class Database:
     """
 
     def __init__(self, url: str, **engine_kwargs: Any) -> None:
-        _import_models()  # relationships and flush order need every plane's tables
+        import_models()  # relationships and flush order need every plane's tables
         self.url = url
         self.engine = create_engine(url, **engine_kwargs)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -173,7 +175,7 @@ class Database:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
             db.dispose()
-            raise StorageError(f"cannot open database {db.safe_url}: {_reason(exc)}") from None
+            raise StorageError(f"cannot open database {db.safe_url}: {error_reason(exc)}") from None
         if path is not None:
             _private(path)
         return db
@@ -254,7 +256,9 @@ class Database:
                 config.attributes["connection"] = conn
                 command.upgrade(config, revision)
         except (sa.exc.DBAPIError, OSError) as exc:
-            raise StorageError(f"cannot migrate database {self.safe_url}: {_reason(exc)}") from None
+            raise StorageError(
+                f"cannot migrate database {self.safe_url}: {error_reason(exc)}"
+            ) from None
 
     @contextlib.contextmanager
     def _migration_lock(self) -> Iterator[None]:
@@ -289,7 +293,7 @@ def _safe(url: str) -> str:
         return "(unparsable URL)"
 
 
-def _reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     """One line saying why a database operation failed (the driver's message)."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else getattr(exc, "strerror", None) or exc)

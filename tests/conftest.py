@@ -18,7 +18,7 @@ from typing import NoReturn
 import pytest
 import sqlalchemy as sa
 
-from nbcast.db import Base, Database, _import_models
+from nbcast.db import Base, Database, import_models
 from nbcast.testing.http import free_port
 from nbcast.testing.postgres import PostgresUnavailable, scratch_database
 
@@ -84,7 +84,7 @@ def pg_url() -> Iterator[str]:
 
 
 def _reset_postgres(db: Database) -> None:
-    _import_models()
+    import_models()
     tables = [t.name for t in Base.metadata.sorted_tables]
     with db.engine.begin() as conn:
         conn.execute(

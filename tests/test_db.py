@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.config import load_settings
-from nbcast.db import Base, Database, _import_models
+from nbcast.db import Base, Database, import_models
 from nbcast.errors import StorageError
 from nbcast.governance.models import Tenant, User
 from nbcast.governance.tenants import ensure_tenant, ensure_user
@@ -95,7 +95,7 @@ def test_a_failed_transaction_writes_nothing(db: Database) -> None:
 def test_concurrent_opens_migrate_once(db_url: str) -> None:
     # The fixture migrated already; drop to empty and let four threads race.
     db = Database(db_url)
-    _import_models()
+    import_models()
     with db.engine.begin() as conn:
         Base.metadata.drop_all(conn)
         conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))

@@ -169,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         error_line(str(exc))
         return 2
     except sa.exc.DBAPIError as exc:
-        from nbcast.db import _reason
+        from nbcast.db import error_reason
 
-        error_line(f"database: {_reason(exc)}")
+        error_line(f"database: {error_reason(exc)}")
         return 2
     except OSError as exc:
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""

@@ -134,12 +134,11 @@ DAY_OR_INSTANT = DayOrInstantType()
 
 
 def configure_logging() -> None:
-    """Services log to stderr: time, level, logger, message."""
-    import logging
+    """Services log to stderr: text, or JSON lines with ``NBCAST_LOG_FORMAT=json``
+    (:mod:`nbcast.logs`)."""
+    from nbcast.logs import configure_logging as configure
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure()
 
 
 def supervise(app: AppContext, service: Any) -> None:

@@ -49,22 +49,57 @@ def table(
     *,
     wrap: Iterable[str] = (),
 ) -> None:
-    """Print a table; columns named in ``wrap`` (and :data:`FREE_TEXT`) fold."""
+    """Print a table; columns named in ``wrap`` (and :data:`FREE_TEXT`) fold.
+
+    When the kept-whole columns (plus a minimum for each folding one) do not fit the
+    console, each row is printed as a block of ``column  value`` lines instead (as
+    psql's ``\\x auto`` does), so nothing is cut, dropped or broken mid-value."""
     from rich import box
     from rich.table import Table
 
     folding = FREE_TEXT | set(wrap)
     cells = [["" if v is None else str(v) for v in row] for row in rows]
+    out = console()
+    widths = [
+        MIN_FOLD_WIDTH
+        if column in folding
+        else max(max((len(row[index]) for row in cells), default=0), len(column))
+        for index, column in enumerate(columns)
+    ]
+    if cells and sum(widths) + len(widths) + 1 > out.width:
+        _records(out, title, columns, cells)
+        return
     grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
-    for index, column in enumerate(columns):
+    for column, width in zip(columns, widths, strict=True):
         if column in folding:
             grid.add_column(column, overflow="fold")
         else:  # kept whole: as wide as its widest value, so it is never cut or folded
-            widest = max((len(row[index]) for row in cells), default=0)
-            grid.add_column(column, no_wrap=True, min_width=max(widest, len(column)))
+            grid.add_column(column, no_wrap=True, min_width=width)
     for row in cells:
         grid.add_row(*row)
-    console().print(grid)
+    out.print(grid)
+
+
+MIN_FOLD_WIDTH = 12
+"""The narrowest a folding column may become before rows are printed as blocks."""
+
+
+def _records(out: Any, title: str | None, columns: Sequence[str], cells: list[list[str]]) -> None:
+    """Each row as a block of ``column  value`` lines (values fold, keys stay whole)."""
+    from rich.rule import Rule
+    from rich.table import Table
+
+    if title:
+        out.print(title)
+    label = max(len(c) for c in columns)
+    for number, row in enumerate(cells, 1):
+        out.print(Rule(f"record {number}", align="left", characters="─"))
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(no_wrap=True, min_width=label)
+        grid.add_column(overflow="fold")
+        for column, value in zip(columns, row, strict=True):
+            grid.add_row(column, value)
+        out.print(grid)
 
 
 def when(value: Any) -> str:

@@ -15,6 +15,7 @@ import click
 from nbcast.cli.app import INSTANT, AppContext, pass_app
 from nbcast.cli.output import emit_json, table, when
 from nbcast.clock import format_instant
+from nbcast.executor.models import RunState
 
 if TYPE_CHECKING:
     from nbcast.executor.records import RunDetail, RunRecord
@@ -55,7 +56,7 @@ def run_command(
     values = parse_assignments(parameters)
     run_id = run_now(app.db, app.clock, app.caller, name, values, at=at)
     if as_json:
-        emit_json({"id": run_id, "definition": name, "kind": "manual", "state": "QUEUED"})
+        emit_json({"id": run_id, "definition": name, "kind": "manual", "state": RunState.QUEUED})
     else:
         click.echo(f"queued manual run {run_id} of {name}")
 
@@ -71,7 +72,7 @@ def rerun_command(app: AppContext, run_id: int, as_json: bool) -> None:
 
     new_id = rerun_run(app.db, app.clock, app.caller, run_id)
     if as_json:
-        emit_json({"id": new_id, "rerun_of": run_id, "kind": "rerun", "state": "QUEUED"})
+        emit_json({"id": new_id, "rerun_of": run_id, "kind": "rerun", "state": RunState.QUEUED})
     else:
         click.echo(f"queued run {new_id}: a rerun of run {run_id}")
 

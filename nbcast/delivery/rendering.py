@@ -47,7 +47,11 @@ from nbcast.executor.models import Run
 from nbcast.governance.models import Tenant
 from nbcast.retry import backoff
 
-__all__ = ["RenderQueue", "render_isolated", "report_infos"]
+__all__ = ["RENDER_MAX_ATTEMPTS", "RenderQueue", "render_isolated", "report_infos"]
+
+RENDER_MAX_ATTEMPTS = 3
+"""Attempts at one rendition before it is FAILED (a renderer that failed three times on
+the same notebook will fail again; the run's deliveries then go out without it)."""
 
 RendererLookup = Callable[[str], Renderer]
 
@@ -204,7 +208,7 @@ class RenderQueue:
         owner: str,
         lookup: RendererLookup | None = None,
         timeout: float = 120.0,
-        max_attempts: int = 3,
+        max_attempts: int = RENDER_MAX_ATTEMPTS,
         backoff_base: float = 10.0,
     ) -> None:
         self.db = db

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from nbcast.db import Base, _import_models
+from nbcast.db import Base, import_models
 
-_import_models()
+import_models()
 config = context.config
 connection = config.attributes.get("connection")
 if connection is None:  # pragma: no cover - nbcast always passes a connection

@@ -69,7 +69,11 @@ from nbcast.delivery.report import ReportInfo
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
 
-__all__ = ["Attachment", "Channel", "Message", "Receipt"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "Attachment", "Channel", "Message", "Receipt"]
+
+DEFAULT_MAX_ATTEMPTS = 5
+"""Attempts at one delivery before the ledger gives up, unless a channel says otherwise
+(also the reaper's limit for a channel whose setting it cannot read)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +132,7 @@ class Channel(ABC):
     """Messages carry the HTML rendition as their body (module docstring)."""
     one_click_unsubscribe: ClassVar[bool] = False
     """Messages carry a signed one-click unsubscribe URL (module docstring)."""
-    max_attempts: int = 5
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     """Attempts before the ledger gives up (FAILED)."""
     backoff_base: float = 30.0
     """Seconds before the second attempt; doubled each time, with full jitter."""

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.db import Database
+from nbcast.delivery.channels.base import DEFAULT_MAX_ATTEMPTS
 from nbcast.delivery.models import (
     AttemptOutcome,
     Delivery,
@@ -56,12 +57,12 @@ __all__ = [
 
 log = logging.getLogger("nbcast.delivery.ledger")
 
-REAPER_ATTEMPT_LIMIT = 5
+REAPER_ATTEMPT_LIMIT = DEFAULT_MAX_ATTEMPTS
 """Claims after which the reaper fails a row whose workers keep dying on it
 (``outcome_unknown``), when the row's channel is not configured on the reaping worker
 or its ``max_attempts`` is not a whole number; otherwise the channel's own
 ``max_attempts`` decides (the default of :attr:`Channel.max_attempts
-<nbcast.delivery.channels.base.Channel.max_attempts>` is the same 5)."""
+<nbcast.delivery.channels.base.Channel.max_attempts>` is this same value)."""
 
 REAP_BATCH = 500
 """The most expired rows one :func:`reap_expired` call returns."""
