@@ -200,6 +200,10 @@ def test_a_browser_without_a_login_goes_to_the_login_page(server: LiveServer) ->
     assert "/login?next=" in answer.headers["location"]
     posted = httpx.post(f"{server.url}/nbcast/definitions/kpi/pause", timeout=30)
     assert posted.status_code == 403
+    with server.client("alice") as client:
+        bare = client.get("/nbcast", params={"x": "1"})
+    assert bare.status_code == 302
+    assert bare.headers["location"] == "/nbcast/?x=1"
 
 
 def test_a_form_without_xsrf_is_refused_and_writes_nothing(
@@ -290,3 +294,21 @@ def test_forms_on_another_tenants_objects_are_404(
     assert answer.status_code == 404
     answer = browser.post(f"/nbcast/definitions/{seeded.good}/explode", data={"_xsrf": token})
     assert answer.status_code == 404
+
+
+def test_a_definition_page_says_what_dst_does_to_its_next_slots(tmp_path: Path) -> None:
+    # The server's clock stands three days before New York falls back (2027-11-07).
+    clock = {"NBCAST_CLOCK": "fixed:2027-11-04T12:00:00Z"}
+    with LiveServer(tmp_path, users={"alice": "acme"}, env=clock) as live:
+        nbcast(live, "tenants", "--operator", "create", "acme")
+        notebook = make_notebook(
+            tmp_path / "nightly.ipynb",
+            nbcast={"schedule": {"cron": "30 1 * * *", "timezone": "America/New_York"}},
+        )
+        nbcast(live, "publish", str(notebook), tenant="acme")
+        nbcast(live, "scheduler", "tick")
+        with live.client("alice") as client:
+            page = client.get("/nbcast/definitions/nightly")
+    assert page.status_code == 200
+    assert "01:30 happens twice on 2027-11-07: runs the first pass only (EDT)" in page.text
+    assert "2027-11-08 01:30 EST" in page.text

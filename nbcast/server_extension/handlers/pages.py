@@ -49,6 +49,7 @@ __all__ = [
     "DefinitionPage",
     "DefinitionsPage",
     "OverviewPage",
+    "OverviewRedirect",
     "PageHandler",
     "RunPage",
     "environment",
@@ -305,6 +306,18 @@ class OverviewPage(PageHandler):
             o=data,
             ray_dashboard_url=self.state.options.ray_dashboard_url,
         )
+
+
+@_page_route("/nbcast", "The overview, at its address with the slash")
+class OverviewRedirect(PageHandler):
+    """``/nbcast`` → ``/nbcast/`` (the query kept, so ``?token=`` logs in too)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Redirect to the overview."""
+        query = self.request.query
+        self.redirect(self.nbcast_url("") + (f"?{query}" if query else ""))
 
 
 @_page_route("/nbcast/definitions", "The caller's definitions")
