@@ -296,10 +296,11 @@ def test_forms_on_another_tenants_objects_are_404(
     assert answer.status_code == 404
 
 
-def test_a_definition_page_says_what_dst_does_to_its_next_slots(tmp_path: Path) -> None:
+def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
     # The server's clock stands three days before New York falls back (2027-11-07).
     clock = {"NBCAST_CLOCK": "fixed:2027-11-04T12:00:00Z"}
-    with LiveServer(tmp_path, users={"alice": "acme"}, env=clock) as live:
+    ray = "--NbcastApp.ray_dashboard_url=http://127.0.0.1:8265/"
+    with LiveServer(tmp_path, users={"alice": "acme"}, env=clock, extra=(ray,)) as live:
         nbcast(live, "tenants", "--operator", "create", "acme")
         notebook = make_notebook(
             tmp_path / "nightly.ipynb",
@@ -309,6 +310,8 @@ def test_a_definition_page_says_what_dst_does_to_its_next_slots(tmp_path: Path) 
         nbcast(live, "scheduler", "tick")
         with live.client("alice") as client:
             page = client.get("/nbcast/definitions/nightly")
+            overview = client.get("/nbcast/")
+    assert 'href="http://127.0.0.1:8265/"' in overview.text  # the Ray dashboard, when set
     assert page.status_code == 200
     assert "01:30 happens twice on 2027-11-07: runs the first pass only (EDT)" in page.text
     assert "2027-11-08 01:30 EST" in page.text

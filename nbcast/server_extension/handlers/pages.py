@@ -275,6 +275,13 @@ class PageHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
         return int(value)
 
 
+def _web_url(url: str | None) -> str | None:
+    """``url`` if it is an http(s) URL (nothing else becomes a link, whatever is set)."""
+    if url and url.lower().startswith(("http://", "https://")):
+        return url
+    return None
+
+
 def _page_route(path: str, summary: str) -> Any:
     return route(path, Operation("get", summary, tag="pages"), documented=False)
 
@@ -304,7 +311,7 @@ class OverviewPage(PageHandler):
             title="Overview",
             refresh=REFRESH_ACTIVE_S if data.active else REFRESH_OVERVIEW_S,
             o=data,
-            ray_dashboard_url=self.state.options.ray_dashboard_url,
+            ray_dashboard_url=_web_url(self.state.options.ray_dashboard_url),
         )
 
 
