@@ -248,7 +248,15 @@ class ServiceSupervisor:
                 child.restarts += 1
             child.starts += 1
             started = time.monotonic()
-            code = await self._run_once(child)
+            try:
+                code = await self._run_once(child)
+            except Exception:  # a bug here must not end the supervision of this child
+                self.log.exception("nbcast: supervising %s failed", child.spec.command)
+                self._signal(child, signal.SIGKILL, group=True)
+                if child.process is not None:  # reap it
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        await asyncio.to_thread(child.process.wait, 5.0)
+                code = None
             lived = time.monotonic() - started
             child.process = None
             child.last_exit_code = code

@@ -103,16 +103,22 @@ def heartbeats(server: LiveServer) -> dict[int, ServiceHeartbeat]:
         db.dispose()
 
 
-def run_to_the_end(server: LiveServer) -> dict[str, Any]:
-    """Queue a run of the report through the CLI; the run once it has ended."""
+def queue_run(server: LiveServer) -> int:
+    """Queue a run of the report through the CLI; its id."""
     queued = nbcast(server, "run", "svc-report")
     assert queued["state"] == "QUEUED"
+    return int(queued["id"])
+
+
+def run_to_the_end(server: LiveServer, run_id: int | None = None) -> dict[str, Any]:
+    """The run (a new one when None) once it has ended."""
+    run_id = queue_run(server) if run_id is None else run_id
 
     def ended() -> dict[str, Any] | None:
-        run: dict[str, Any] = nbcast(server, "runs", "show", str(queued["id"]))
+        run: dict[str, Any] = nbcast(server, "runs", "show", str(run_id))
         return run if run["state"] not in ("QUEUED", "LEASED", "RUNNING") else None
 
-    return wait_for(f"run {queued['id']} to end", ended, timeout=40)
+    return wait_for(f"run {run_id} to end", ended, timeout=40)
 
 
 def test_backoff_doubles_from_one_second_and_is_bounded() -> None:
@@ -155,13 +161,15 @@ def test_the_embedded_worker_executes_a_run_queued_through_the_cli(server: LiveS
     ]
 
 
-def test_a_killed_worker_is_restarted_and_the_run_queued_meanwhile_succeeds_once(
+def test_a_worker_killed_while_a_run_is_queued_is_restarted_and_the_run_succeeds_once(
     server: LiveServer,
 ) -> None:
     before = snapshot(server)["worker"]
+    os.kill(before["pid"], signal.SIGSTOP)  # frozen: it cannot claim what is queued next
+    run_id = queue_run(server)
+    assert nbcast(server, "runs", "show", str(run_id))["state"] == "QUEUED"
     os.kill(before["pid"], signal.SIGKILL)
-    wait_for("the supervisor to see the death", lambda: snapshot(server)["worker"]["restarts"])
-    run = run_to_the_end(server)
+    run = run_to_the_end(server, run_id)
 
     after = snapshot(server)["worker"]
     assert after["restarts"] == before["restarts"] + 1
