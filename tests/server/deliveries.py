@@ -56,16 +56,19 @@ def database(server: LiveServer) -> Database:
     return Database.open(load_settings(server.env).database_url)
 
 
-def deliver(server: LiveServer, folder: Path, name: str = "sales") -> Delivered:
-    """Publish ``name`` for alice (tenant acme), run it and deliver it."""
+def deliver(
+    server: LiveServer, folder: Path, name: str = "sales", formats: list[str] = FORMATS
+) -> Delivered:
+    """Publish ``name`` for alice (tenant acme), run it and deliver it: a link per
+    format of ``formats`` and an email with the CSV."""
     notebook = make_notebook(
         folder / f"{name}.ipynb",
         body=BODY,
         nbcast={
             "name": name,
-            "outputs": FORMATS,
+            "outputs": sorted({*formats, "csv"}),
             "subscriptions": [
-                {"channel": "link", "to": RECIPIENT, "formats": FORMATS},
+                {"channel": "link", "to": RECIPIENT, "formats": formats},
                 {"channel": "email", "to": RECIPIENT, "formats": ["csv"]},
             ],
         },
@@ -99,7 +102,7 @@ def run_again(server: LiveServer, name: str) -> tuple[int, list[DeliveryRecord],
         run_id = run_now(db, SystemClock(), ALICE, name, {"region": "APAC"})
     finally:
         db.dispose()
-    _service(server, {}, "worker", "--exit-when-idle")
+    _service(server, {}, "worker", "--exit-when-idle", "--concurrency", "1", "--no-warm-kernels")
     with smtp_server() as smtp:
         env = {"NBCAST_SMTP_URL": f"smtp://{smtp.host}:{smtp.port}"}
         _service(server, env, "delivery-worker", "--exit-when-idle", "--poll", "0.1")

@@ -29,7 +29,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 @pytest.fixture(scope="module")
 def delivered(live: LiveServer) -> Delivered:
-    return deliver(live, live.folder)
+    return deliver(live, live.folder, formats=["csv"])
 
 
 def _opt_outs(live: LiveServer) -> list[tuple[str, str, str, str]]:

@@ -39,6 +39,7 @@ from urllib.parse import quote
 from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from nbcast.delivery.link_opens import LinkRefused, open_link
@@ -153,7 +154,7 @@ class PublicHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         """Refusals are the caller's business: logged in a line, not as tracebacks."""
         if isinstance(value, (NbcastError, HTTPError)):
-            log.info("%s %s: %s", self.request.method, self.request.path.split("/")[2], value)
+            log.info("%s %s: %s", self.request.method, type(self).__name__, value)
             return
         super().log_exception(typ, value, tb)
 
@@ -245,6 +246,8 @@ class LinkHandler(PublicHandler):
                     break
                 self.write(chunk)
                 await self.flush()
+        except StreamClosedError:  # the reader went away: nothing more to send
+            return
         finally:
             handle.close()
         self.finish()
