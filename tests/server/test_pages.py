@@ -52,13 +52,26 @@ def nbcast(server: LiveServer, *args: str, tenant: str | None = None, user: str 
     return done.stdout
 
 
+def open_database(server: LiveServer) -> Database:
+    """The server's database, opened in this process."""
+    return Database.open(load_settings(dict(server.env)).database_url)
+
+
 def seed(server: LiveServer) -> Seeded:
     """Tenants acme (one attempt per run) and globex; in acme a definition whose
     notebook raises hostile text, run once with a hostile parameter value and failed,
-    and one that succeeds; in globex a definition with a queued run."""
+    and one that succeeds; in globex a definition with a queued run. Through the
+    command layer in this process (what the CLI calls), with the server's environment;
+    the worker is the real ``nbcast worker``."""
+    from nbcast.clock import clock_from_env
+    from nbcast.definitions.versions import publish
+    from nbcast.governance.tenants import ensure_tenant, set_quota
+    from nbcast.scheduler.control import run_now
+    from nbcast.scheduler.materializer import Materializer
+    from nbcast.scheduler.service import scheduler_lock
+
+    env = dict(server.env)
     folder = server.folder / "notebooks"
-    nbcast(server, "tenants", "--operator", "create", "acme", "--max-attempts", "1")
-    nbcast(server, "tenants", "--operator", "create", "globex")
     failing = make_notebook(
         folder / "failing.ipynb",
         parameters='region = "EMEA"\n',
@@ -79,15 +92,25 @@ def seed(server: LiveServer) -> Seeded:
         body="print(region)",
         nbcast={"name": "globex-secret", "schedule": {"cron": "0 * * * *"}},
     )
-    nbcast(server, "publish", str(failing), tenant="acme")
-    nbcast(server, "publish", str(good), tenant="acme")
-    nbcast(server, "publish", str(other), tenant="globex", user="bob")
-    nbcast(server, "scheduler", "tick")
-    out = nbcast(server, "run", "sales.daily", "-p", f"region={HOSTILE_VALUE}", tenant="acme")
-    failed_run = int(re.search(r"run (\d+)", out).group(1))  # type: ignore[union-attr]
-    nbcast(server, "worker", "--exit-when-idle", "--retry-backoff", "0")
-    out = nbcast(server, "run", "globex-secret", tenant="globex", user="bob")
-    other_run = int(re.search(r"run (\d+)", out).group(1))  # type: ignore[union-attr]
+    db = open_database(server)
+    clock = clock_from_env(env)
+    try:
+        with db.session() as session:
+            ensure_tenant(session, "acme")
+            set_quota(session, "acme", max_attempts=1)
+            ensure_tenant(session, "globex")
+        for path, tenant, author in ((failing, "acme", "alice"), (good, "acme", "alice")):
+            publish(db, path, tenant=tenant, author=author, now=clock.now(), environ=env)
+        publish(db, other, tenant="globex", author="bob", now=clock.now(), environ=env)
+        with scheduler_lock(db):
+            Materializer(db, clock, name="tick").tick()
+        alice = Caller(tenant="acme", user="alice")
+        failed_run = run_now(db, clock, alice, "sales.daily", {"region": HOSTILE_VALUE})
+        nbcast(server, "worker", "--exit-when-idle", "--retry-backoff", "0")
+        # Made after the worker left: globex's run stays QUEUED.
+        other_run = run_now(db, clock, Caller(tenant="globex", user="bob"), "globex-secret", {})
+    finally:
+        db.dispose()
     return Seeded("sales.daily", failed_run, "kpi", "globex-secret", other_run)
 
 
@@ -100,7 +123,7 @@ def is_paused(server: LiveServer, name: str, tenant: str = "acme") -> bool:
     """Whether ``name`` is paused, read through the command layer."""
     from nbcast.definitions.queries import get_definition
 
-    db = Database.open(load_settings(dict(server.env)).database_url)
+    db = open_database(server)
     try:
         with db.session() as session:
             return get_definition(session, Caller(tenant=tenant, user="test"), name).paused
