@@ -106,7 +106,7 @@ def seed(server: LiveServer) -> Seeded:
             Materializer(db, clock, name="tick").tick()
         alice = Caller(tenant="acme", user="alice")
         failed_run = run_now(db, clock, alice, "sales.daily", {"region": HOSTILE_VALUE})
-        nbcast(server, "worker", "--exit-when-idle", "--retry-backoff", "0")
+        nbcast(server, "worker", "--exit-when-idle", "--no-warm-kernels", "--retry-backoff", "0")
         # Made after the worker left: globex's run stays QUEUED.
         other_run = run_now(db, clock, Caller(tenant="globex", user="bob"), "globex-secret", {})
     finally:

@@ -162,7 +162,14 @@ def test_run_now_from_the_page_runs_to_success(
     assert "QUEUED" in page.inner_text("h1")
     run_url = page.url
     worker = subprocess.run(
-        [str(BIN / "nbcast"), "worker", "--exit-when-idle", "--retry-backoff", "0"],
+        [
+            str(BIN / "nbcast"),
+            "worker",
+            "--exit-when-idle",
+            "--no-warm-kernels",
+            "--retry-backoff",
+            "0",
+        ],
         env={**server.env, "NBCAST_USER": "alice"},
         capture_output=True,
         text=True,
