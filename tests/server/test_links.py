@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nbcast.access import Caller
 from nbcast.artifacts import open_store
 from nbcast.clock import SystemClock
 from nbcast.config import load_settings
@@ -27,6 +28,8 @@ from nbcast.delivery.link_opens import network_of, opens_of_run
 from nbcast.delivery.links import create_link
 from nbcast.delivery.models import SignedLink
 from nbcast.delivery.signing import Signer, load_signer
+from nbcast.errors import UnknownRunError
+from nbcast.governance.tenants import ensure_tenant
 from nbcast.server_extension.handlers.links import CHUNK_BYTES
 from nbcast.server_extension.ratelimit import RateLimiter
 from tests.server.deliveries import ALICE, Delivered, database, deliver
@@ -138,6 +141,17 @@ def test_every_opening_is_recorded_with_the_network_not_the_address(
     )
     opens = {row["id"]: row["opens"] for row in json.loads(listing.stdout)}
     assert opens[newest.link_id] >= 2
+
+
+def test_another_tenant_sees_no_openings(live: LiveServer, delivered: Delivered) -> None:
+    db = database(live)
+    try:
+        with db.session() as session:
+            ensure_tenant(session, "globex")
+        with db.session() as session, pytest.raises(UnknownRunError):
+            opens_of_run(session, Caller(tenant="globex", user="bob"), delivered.run_id)
+    finally:
+        db.dispose()
 
 
 def test_tampered_forged_and_foreign_tokens_are_403_and_record_nothing(
@@ -274,6 +288,17 @@ def test_the_limiter_refills_and_tracks_a_bounded_number_of_addresses() -> None:
     assert len(limiter) == 100
     now[0] += 3600
     assert limiter.take("a") is None  # forgotten or refilled: a full bucket again
+
+
+@pytest.mark.parametrize("where", ["local", "memory://nbcast-links-test"])
+def test_every_store_opens_an_artifact_to_read_in_chunks(tmp_path: Path, where: str) -> None:
+    store = open_store(tmp_path / "store" if where == "local" else where)
+    data = os.urandom(100_000)
+    key = store.put(data).sha256
+    with store.open(key) as handle:
+        assert handle.read(60_000) + handle.read() == data
+    with pytest.raises(KeyError):
+        store.open("0" * 64)
 
 
 def test_the_network_kept_for_an_address() -> None:
