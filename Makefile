@@ -35,7 +35,7 @@ $(LAKE): notebooks/examples/lake/generate.py | $(STAMP)
 
 lake: $(LAKE)
 
-demo: install lake
+demo: install lake chromium
 	$(BIN)/python scripts/demo.py
 
 # The demo, also refreshing the README's page images in docs/images.

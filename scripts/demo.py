@@ -22,6 +22,11 @@
    SENT (or SUPPRESSED ``no_results``, the data-quality report's ``only_if:
    results`` on a clean day) and at least one message in the mailbox — else the
    demo fails,
+10. starts ``nbcast serve`` on this home folder (the port the links were made for),
+   opens every signed link and a tampered one (403), unsubscribes a recipient with
+   the one-click POST from an email's ``List-Unsubscribe`` header and shows that the
+   next delivery to them is SUPPRESSED ``unsubscribed``, saves screenshots of the
+   status page with Chromium, and stops the server (:mod:`scripts.demo_server`),
 
 and prints where everything is. It uses the ``nbcast`` command exactly as a person
 would. So that it always crosses a DST change, the demo runs on nbcast's injectable
@@ -62,7 +67,6 @@ EXAMPLES = REPO / "notebooks" / "examples"
 BIN = Path(sys.executable).parent
 PUBLISHED = datetime(2026, 10, 30, 0, 0, tzinfo=UTC)
 TICKS_UNTIL = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-BASE_URL = "http://127.0.0.1:8888"
 # The only suppression the demo expects: data-quality mails with only_if: results, so
 # an interval without findings is SUPPRESSED no_results. (The backfilled daily-sales
 # reports are sent: a backfill's rows are never superseded or stale.) Anything else
@@ -319,6 +323,11 @@ def main() -> int:
         "NBCAST_CLOCK": f"fixed:{iso(PUBLISHED)}",
     }
     env.pop("NBCAST_DATABASE_URL", None)
+    # The links and unsubscribe URLs are made for the server the demo starts at the end.
+    from nbcast.testing.http import free_port
+
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
 
     banner("publish the example reports")
     notebooks = sorted(EXAMPLES.glob("*.ipynb"))
@@ -395,7 +404,7 @@ def main() -> int:
         **worker_env,
         "NBCAST_SMTP_URL": f"smtp://127.0.0.1:{mailbox.port}",
         "NBCAST_SMTP_FROM": "reports@nbcast-demo.example",
-        "NBCAST_BASE_URL": BASE_URL,
+        "NBCAST_BASE_URL": base_url,
     }
     for name in ("NBCAST_SLACK_TOKEN", "NBCAST_WEBHOOK_SECRET", "NBCAST_LINK_TTL"):
         delivery_env.pop(name, None)
@@ -526,6 +535,21 @@ def main() -> int:
     for path in mailbox.files:
         print(f"{path.name}: {describe_mail(path)}")
 
+    banner("nbcast serve on this home folder: the links, one-click unsubscribe, the status page")
+    sys.path.insert(0, str(REPO))  # run as a file: make `scripts` importable
+    from scripts.demo_server import serve_and_check
+
+    serve_and_check(
+        nbcast=nbcast,
+        env=delivery_env,
+        out=out,
+        root=workspace,
+        base_url=base_url,
+        port=port,
+        deliveries=deliveries,
+        mail_files=mailbox.files,
+    )
+
     banner("a page of each example PDF (thumbnails for the README)")
     docs = os.environ.get("NBCAST_DEMO_DOCS") == "1"
     for path in write_thumbnails(rendered, out / "thumbnails", docs):
@@ -544,10 +568,7 @@ def main() -> int:
         print(f"email (.eml):              {path}")
     for report, recipient, url in link_urls:
         print(f"signed link ({report} for {recipient}):\n    {url}")
-    print(
-        f"(links open once a server on this home folder listens at {BASE_URL};"
-        " `nbcast links list` shows their expiry)"
-    )
+    print("(`nbcast links list` shows their expiry and how often each was opened)")
     print(f"demo finished in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -1,0 +1,191 @@
+"""The demo's last act: ``nbcast serve`` on the demo's home folder serves what the
+delivery worker sent.
+
+1. starts ``nbcast serve --no-embedded-services`` on the port the links were made
+   for (``NBCAST_BASE_URL``), with a fresh server token,
+2. opens every signed link the ledger handed out (status, content type, size) and
+   one whose signature was tampered with (403),
+3. takes the ``List-Unsubscribe`` URL of the first email in the mailbox and POSTs the
+   RFC 8058 one-click body to it, as a mail client does; then runs that report again
+   (``nbcast run`` + a local worker + the delivery worker), and checks that the new
+   delivery to that recipient is ``SUPPRESSED unsubscribed``,
+4. saves screenshots of the status page (overview and a run) through Chromium,
+5. stops the server and prints the command that starts it again.
+
+Any surprise fails the demo (``SystemExit`` with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from email import message_from_bytes
+from email.policy import default as default_policy
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BIN = Path(sys.executable).parent
+
+Nbcast = Callable[..., str]
+
+
+def _start(argv: list[str], env: dict[str, str], log: Path, url: str, token: str) -> Any:
+    handle = log.open("wb")
+    process = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"demo failed: nbcast serve exited {process.returncode}; see {log}")
+        try:
+            answer = httpx.get(
+                f"{url}/nbcast/api/v1/health",
+                headers={"Authorization": f"token {token}"},
+                timeout=2.0,
+            )
+            if answer.status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise SystemExit(f"demo failed: nbcast serve did not answer within 60 s; see {log}")
+
+
+def _tampered(url: str) -> str:
+    """``url`` with one character of its token's signature changed."""
+    head, _, token = url.rpartition("/")
+    middle = len(token) - 6  # inside the signature, clear of a last base64 character
+    swapped = "A" if token[middle] != "A" else "B"
+    return f"{head}/{token[:middle]}{swapped}{token[middle + 1 :]}"
+
+
+def _first_unsubscribe(mail_files: Sequence[Path]) -> tuple[str, str, str]:
+    """(recipient, subject, one-click URL) of the first email that carries one."""
+    for path in mail_files:
+        mail = message_from_bytes(path.read_bytes(), policy=default_policy)
+        header = str(mail.get("List-Unsubscribe", ""))
+        urls = [part.strip(" <>") for part in header.split(",") if "http" in part]
+        if urls and "One-Click" in str(mail.get("List-Unsubscribe-Post", "")):
+            return str(mail["To"]), str(mail["Subject"]), urls[0]
+    raise SystemExit("demo failed: no email carried a one-click List-Unsubscribe header")
+
+
+def serve_and_check(
+    *,
+    nbcast: Nbcast,
+    env: dict[str, str],
+    out: Path,
+    root: Path,
+    base_url: str,
+    port: int,
+    deliveries: list[dict[str, Any]],
+    mail_files: Sequence[Path],
+) -> None:
+    """The module docstring's five steps."""
+    token = secrets.token_urlsafe(24)
+    server_env = {
+        **env,
+        "JUPYTER_TOKEN": token,
+        "JUPYTER_CONFIG_DIR": str(out / "jupyter-config"),
+        "JUPYTER_RUNTIME_DIR": str(out / "jupyter-runtime"),
+    }
+    as_root = ["--allow-root"] if os.geteuid() == 0 else []
+    argv = [
+        str(BIN / "nbcast"),
+        "serve",
+        "--no-embedded-services",
+        "--port",
+        str(port),
+        f"--ServerApp.root_dir={root}",
+        *as_root,
+    ]
+    log = out / "server.log"
+    print(f"$ nbcast serve --no-embedded-services --port {port}   (log: {log})", flush=True)
+    server = _start(argv, server_env, log, base_url, token)
+    try:
+        _check(nbcast, env, out, base_url, token, deliveries, mail_files)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    print(
+        "the server is stopped; to open the links and the status page again:\n"
+        f"    NBCAST_HOME={env['NBCAST_HOME']} {BIN / 'nbcast'} serve --port {port}"
+        f"{' --allow-root' if as_root else ''}\n"
+        f"  then {base_url}/nbcast/?token=<the token it prints>"
+    )
+
+
+def _check(
+    nbcast: Nbcast,
+    env: dict[str, str],
+    out: Path,
+    base_url: str,
+    token: str,
+    deliveries: list[dict[str, Any]],
+    mail_files: Sequence[Path],
+) -> None:
+    links = [
+        url
+        for d in sorted(deliveries, key=lambda d: d["id"])
+        if d["channel"] == "link" and d["state"] == "SENT"
+        for url in (d["receipt"] or {}).get("links", [])
+    ]
+    with httpx.Client(timeout=30) as http:
+        for url in links:
+            answer = http.get(url)
+            kind = answer.headers.get("content-type", "").split(";")[0]
+            print(f"GET {url[:72]}… → {answer.status_code} {kind}, {len(answer.content):,} bytes")
+            if answer.status_code != 200:
+                raise SystemExit(f"demo failed: the signed link answered {answer.status_code}")
+        forged = http.get(_tampered(links[0]))
+        print(f"the same link with one character of its signature changed → {forged.status_code}")
+        if forged.status_code != 403:
+            raise SystemExit(f"demo failed: a tampered link answered {forged.status_code}")
+
+        recipient, subject, unsubscribe = _first_unsubscribe(mail_files)
+        answer = http.post(
+            unsubscribe,
+            content=b"List-Unsubscribe=One-Click",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        print(f"one-click unsubscribe of {recipient} from {subject!r} → {answer.status_code}")
+        if answer.status_code != 200:
+            raise SystemExit(f"demo failed: one-click unsubscribe answered {answer.status_code}")
+
+    report = next(
+        d["report"]
+        for d in deliveries
+        if d["channel"] == "email" and d["recipient"] == recipient and d["state"] == "SENT"
+    )
+    run = json.loads(nbcast("run", report, "--json", env=env))
+    nbcast("worker", "--exit-when-idle", env=env, timeout=300)
+    nbcast("delivery-worker", "--exit-when-idle", "--poll", "0.5", env=env, timeout=300)
+    after = json.loads(
+        nbcast("deliveries", "list", "--run", str(run["id"]), "--json", env=env, echo=False)
+    )
+    mine = [d for d in after if d["recipient"] == recipient and d["channel"] == "email"]
+    for d in mine:
+        print(f"run {run['id']} to {recipient}: {d['state']} {d['reason'] or ''}")
+    if not mine or any((d["state"], d["reason"]) != ("SUPPRESSED", "unsubscribed") for d in mine):
+        raise SystemExit("demo failed: the unsubscribed recipient was not suppressed")
+
+    try:
+        from scripts.ui_screenshots import save_screenshots
+    except ImportError as exc:  # playwright is in the dev extra, which make demo installs
+        raise SystemExit(f"demo failed: {exc}") from None
+    try:
+        shots = save_screenshots(base_url, token, out / "screenshots", run["id"])
+    except RuntimeError as exc:  # chromium missing: `make demo` installs it
+        raise SystemExit(f"demo failed: screenshots: {exc}") from None
+    for path in shots:
+        print(f"screenshot: {path}")
