@@ -42,7 +42,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
-from nbcast.delivery.link_opens import LinkRefused, open_link
+from nbcast.delivery.link_opens import LinkRefused, OpenedLink, open_link
 from nbcast.errors import NbcastError
 from nbcast.server_extension.handlers.base import NbcastMixin
 from nbcast.server_extension.ratelimit import RateLimiter
@@ -209,14 +209,9 @@ class LinkHandler(PublicHandler):
     async def get(self, token: str) -> None:
         """Check the token, record the opening, stream the file."""
         self.rate_limit()
-        state = self.state
         try:
-            opened = await self.call(
-                open_link,
-                state.db,
-                state.clock,
-                state.signer,
-                state.store,
+            opened, handle, size, chunk = await self.call(
+                self._open,
                 token,
                 address=self.client_address,
                 user_agent=self.request.headers.get("User-Agent"),
@@ -224,11 +219,6 @@ class LinkHandler(PublicHandler):
         except LinkRefused as exc:
             raise self.refusal(exc) from None
         try:
-            handle = await self.call(state.store.open, opened.sha256)
-        except KeyError:
-            raise HTTPError(410, reason=_TITLES[410]) from None
-        try:
-            size = await self.call(_size, handle)
             media_type = opened.media_type.split(";", 1)[0].strip().lower()
             if media_type in _HTML_TYPES:
                 self.set_header("Content-Security-Policy", HTML_POLICY)
@@ -240,14 +230,41 @@ class LinkHandler(PublicHandler):
             self.set_header(
                 "Content-Disposition", content_disposition(opened.filename, inline=inline)
             )
-            while True:
-                chunk = await self.call(handle.read, CHUNK_BYTES)
-                if not chunk:
-                    break
+            sent = 0
+            while chunk:
                 self.write(chunk)
+                sent += len(chunk)
+                if sent >= size:
+                    break
                 await self.flush()
+                chunk = await self.call(handle.read, CHUNK_BYTES)
         except StreamClosedError:  # the reader went away: nothing more to send
             return
         finally:
             handle.close()
         self.finish()
+
+    def _open(
+        self, token: str, *, address: str, user_agent: str | None
+    ) -> tuple[OpenedLink, IO[bytes], int, bytes]:
+        """In one trip to the thread pool (most renditions are one chunk): check the
+        token and record the opening, open the file, its size and first chunk."""
+        state = self.state
+        opened = open_link(
+            state.db,
+            state.clock,
+            state.signer,
+            state.store,
+            token,
+            address=address,
+            user_agent=user_agent,
+        )
+        try:
+            handle = state.store.open(opened.sha256)
+        except KeyError:
+            raise LinkRefused("gone", "the report's file is no longer stored") from None
+        try:
+            return opened, handle, _size(handle), handle.read(CHUNK_BYTES)
+        except BaseException:
+            handle.close()
+            raise
