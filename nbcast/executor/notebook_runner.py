@@ -55,6 +55,15 @@ Design decisions:
   banner cells). A failing ``setup_code`` raises :class:`~nbcast.errors.ExecutionError`.
   Anything else (a kernel that cannot start, ``TimeoutError`` from the pool) is
   raised unchanged.
+- **The run's event loop is closed when the run ends.** nbclient's synchronous calls
+  run on a per-thread asyncio loop that ``jupyter_core.utils.run_sync`` creates on
+  first use and keeps in a context variable; nothing ever closes it, so every thread
+  that ran a notebook left an open loop (an epoll and a socket pair, 3 fds) until the
+  cyclic garbage collector found it — enough, with many short-lived attempt threads
+  between collections, for "Too many open files". :func:`execute_notebook` closes a
+  loop that was created during its run (:func:`_closing_run_loop`); a loop that
+  existed before, or one still running, is left alone. The next run on the thread
+  gets a new loop (``ensure_event_loop`` replaces a closed one).
 - **Early exits.** A notebook that stops itself with ``sys.exit()`` / ``sys.exit(0)``
   succeeds in papermill with its later cells not executed; nbcast records where in the
   executed notebook's metadata and in :attr:`ExecutionResult.ended_early`
@@ -63,10 +72,12 @@ Design decisions:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -379,6 +390,28 @@ def _run_kernel_manager_class(
     return RunKernelManager
 
 
+@contextlib.contextmanager
+def _closing_run_loop() -> Iterator[None]:
+    """Close the thread's event loop that jupyter_core created during the block (module
+    docstring), and put back what the thread had before, so its fds are freed now and
+    not at the next garbage collection."""
+    from jupyter_core import utils as jupyter_utils
+
+    current: Any = getattr(jupyter_utils, "_loop", None)  # its per-thread ContextVar
+    before = current.get() if current is not None else None
+    try:
+        yield
+    finally:
+        loop = current.get() if current is not None else None
+        if loop is not None and loop is not before and not loop.is_running():
+            if not loop.is_closed():
+                loop.close()
+            current.set(before)
+            with contextlib.suppress(RuntimeError):
+                if asyncio.get_event_loop_policy().get_event_loop() is loop:
+                    asyncio.set_event_loop(before)
+
+
 def _local_path(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     return text if "://" in text else os.path.abspath(text)
@@ -468,18 +501,19 @@ def execute_notebook(
 
     failure: BaseException | None = None
     executed: Any = None
-    try:
-        executed = papermill.execute_notebook(input_path, output_path, **common, **engine)
-    except BaseException as exc:
-        failure = exc
-    finally:
-        process = watchdog.finish()
-        if watchdog.reason is not None:
-            # The engine (or nbclient) shut the kernel down politely; make sure it is gone.
-            if process is not None:
-                process.kill()
-            for kernel in pooled:
-                kernel.kill()
+    with _closing_run_loop():
+        try:
+            executed = papermill.execute_notebook(input_path, output_path, **common, **engine)
+        except BaseException as exc:
+            failure = exc
+        finally:
+            process = watchdog.finish()
+            if watchdog.reason is not None:
+                # The engine (or nbclient) shut the kernel down politely; make sure it is gone.
+                if process is not None:
+                    process.kill()
+                for kernel in pooled:
+                    kernel.kill()
 
     if watchdog.reason == "timeout":
         raise RunTimeoutError(f"the run exceeded its time limit of {timeout_s}s") from failure
