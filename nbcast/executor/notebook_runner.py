@@ -36,8 +36,9 @@ Design decisions:
 - **Watchdog** (:mod:`nbcast.executor.watchdog`). ``timeout_s`` (whole run, kernel
   start included) and ``cancel`` are watched by a thread. When either fires it
   interrupts the kernel (SIGINT, so the running cell records ``KeyboardInterrupt``
-  and papermill saves the notebook as usual), waits :data:`INTERRUPT_GRACE_S`, then
-  SIGKILLs the kernel's process group if the run has not ended. Before
+  and papermill saves the notebook as usual), waits
+  :data:`~nbcast.executor.watchdog.INTERRUPT_GRACE_S`, then SIGKILLs the kernel's
+  process group if the run has not ended. Before
   :func:`execute_notebook` raises :class:`~nbcast.errors.RunTimeoutError` or
   :class:`~nbcast.errors.RunCancelledError` the kernel process is killed and reaped,
   so none survives. A limit that passes while a pooled kernel is being acquired takes
@@ -119,7 +120,6 @@ from nbcast.executor.watchdog import RunWatchdog
 
 __all__ = [
     "ENGINE_NAME",
-    "INTERRUPT_GRACE_S",
     "ExecutionResult",
     "WarmKernelEngine",
     "execute_notebook",
@@ -127,9 +127,6 @@ __all__ = [
 
 #: The name the engine is registered under with papermill.
 ENGINE_NAME = "nbcast"
-
-#: Seconds between the watchdog's interrupt and its kill.
-INTERRUPT_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,9 +6,8 @@ A thread per run (:class:`RunWatchdog`) checks every 50 ms:
 - **Time limit and cancel.** When the run's deadline passes or its cancel event is
   set, it interrupts the kernel (SIGINT, so the running cell records
   ``KeyboardInterrupt`` and papermill saves the notebook as usual), waits
-  :data:`INTERRUPT_GRACE_S` (looked up on :mod:`nbcast.executor.notebook_runner`, where
-  tests shorten it), then SIGKILLs the kernel's process group if the run has not
-  ended.
+  :data:`INTERRUPT_GRACE_S` (read when it fires, so tests can shorten it), then
+  SIGKILLs the kernel's process group if the run has not ended.
 - **Too much output.** The notebook client counts output as it arrives and calls
   :meth:`RunWatchdog.fire` with ``"output"`` past a limit
   (:mod:`nbcast.executor.output_limits`): the kernel is killed at once, since a flood
@@ -33,7 +32,10 @@ if TYPE_CHECKING:
     from nbcast.executor.kernels import KernelProcess
     from nbcast.executor.output_limits import SocketWatch
 
-__all__ = ["DROP_GRACE_S", "RunWatchdog"]
+__all__ = ["DROP_GRACE_S", "INTERRUPT_GRACE_S", "RunWatchdog"]
+
+INTERRUPT_GRACE_S = 2.0
+"""Seconds between the watchdog's interrupt and its kill."""
 
 DROP_GRACE_S = 3.0
 """Seconds a kernel must outlive a dropped client socket for the drop to count as an
@@ -43,9 +45,7 @@ _WATCH_INTERVAL_S = 0.05
 
 
 def _interrupt_grace() -> float:
-    from nbcast.executor import notebook_runner
-
-    return float(notebook_runner.INTERRUPT_GRACE_S)
+    return float(INTERRUPT_GRACE_S)
 
 
 class RunWatchdog:

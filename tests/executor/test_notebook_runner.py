@@ -27,7 +27,7 @@ from nbcast.errors import (
     RunCancelledError,
     RunTimeoutError,
 )
-from nbcast.executor import notebook_runner
+from nbcast.executor import watchdog
 from nbcast.executor.kernels import KernelPool
 from nbcast.executor.notebook_runner import (
     ENGINE_NAME,
@@ -304,7 +304,7 @@ def test_timeout_interrupts_then_ends_the_kernel(
     began = time.monotonic()
     with pytest.raises(RunTimeoutError):
         execute_notebook(src, out, {}, cwd=str(run_dir), pool=pool if warm else None, timeout_s=3)
-    assert time.monotonic() - began < 3 + notebook_runner.INTERRUPT_GRACE_S + 3
+    assert time.monotonic() - began < 3 + watchdog.INTERRUPT_GRACE_S + 3
     pid = int((run_dir / "kernel.pid").read_text())
     assert not psutil.pid_exists(pid)
     nb = json.loads(out.read_text())  # the interrupted cell is recorded, papermill-style
@@ -316,7 +316,7 @@ def test_timeout_interrupts_then_ends_the_kernel(
 def test_timeout_kills_a_kernel_that_ignores_interrupts(
     pool: KernelPool, tmp_path: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(notebook_runner, "INTERRUPT_GRACE_S", 0.5)
+    monkeypatch.setattr(watchdog, "INTERRUPT_GRACE_S", 0.5)
     src = notebook(
         tmp_path / "in.ipynb",
         WRITE_PID,
@@ -362,7 +362,7 @@ def test_timeout_while_the_kernel_starts(
     run_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(notebook_runner, "INTERRUPT_GRACE_S", 0.1)
+    monkeypatch.setattr(watchdog, "INTERRUPT_GRACE_S", 0.1)
     src = notebook(tmp_path / "in.ipynb", WRITE_PID)
     before = kernel_children()
     # An unforked start is slow enough for the limit to pass while it starts.
