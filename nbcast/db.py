@@ -30,6 +30,7 @@ hidden, never a driver traceback. The embedded database's files are created
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,6 +199,20 @@ class Database:
                 f"does not know (newest {self.head_revision()}); upgrade nbcast"
             )
 
+    @functools.cached_property
+    def telemetry_engine(self) -> sa.Engine:
+        """An engine for writes that are evidence of use, not of nbcast's state (a
+        signed link's openings): on PostgreSQL its commits do not wait for the WAL to
+        reach the disk (``synchronous_commit = off``, set as each connection opens), so
+        a public endpoint does not pay an fsync per request; a PostgreSQL crash may lose
+        the last fraction of a second of such rows, never the database's consistency.
+        Elsewhere it is :attr:`engine`."""
+        if self.dialect != "postgresql":
+            return self.engine
+        engine = create_engine(self.url, pool_size=4, max_overflow=4)
+        event.listen(engine, "connect", _relaxed_commits)
+        return engine
+
     @property
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
@@ -218,6 +233,8 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
+        if "telemetry_engine" in self.__dict__:
+            self.telemetry_engine.dispose()
 
     # -- migrations ---------------------------------------------------------------
 
@@ -291,6 +308,14 @@ def _safe(url: str) -> str:
         return mask_url(sa.engine.make_url(url).render_as_string(hide_password=True))
     except Exception:
         return "(unparsable URL)"
+
+
+def _relaxed_commits(dbapi_connection: Any, _record: Any) -> None:
+    """Make a new PostgreSQL connection's commits skip the wait for the WAL flush."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("SET synchronous_commit TO off")
+    cursor.close()
+    dbapi_connection.commit()
 
 
 def error_reason(exc: BaseException) -> str:

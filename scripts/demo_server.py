@@ -189,3 +189,7 @@ def _check(
         raise SystemExit(f"demo failed: screenshots: {exc}") from None
     for path in shots:
         print(f"screenshot: {path}")
+    if os.environ.get("NBCAST_DEMO_DOCS") == "1":  # make docs-images: the README's picture
+        docs = Path(__file__).resolve().parents[1] / "docs" / "images" / "status-overview.png"
+        docs.write_bytes(shots[0].read_bytes())
+        print(f"  (also {docs})")

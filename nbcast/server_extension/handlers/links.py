@@ -205,6 +205,11 @@ def _size(handle: IO[bytes]) -> int:
 class LinkHandler(PublicHandler):
     """Serves the file a signed link names (module docstring)."""
 
+    def compute_etag(self) -> str | None:
+        """No ETag: the answer is never cached (``no-store``), so hashing the body
+        would only cost time."""
+        return None
+
     @allow_unauthenticated
     async def get(self, token: str) -> None:
         """Check the token, record the opening, stream the file."""
