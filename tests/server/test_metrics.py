@@ -91,8 +91,11 @@ def test_the_families_parse_and_count_the_database(server: LiveServer, queued: i
             ), sample
 
 
-def test_administrators_see_the_queue_per_tenant(server: LiveServer, queued: int) -> None:
-    with server.client("root") as client:
+@pytest.mark.parametrize("who", ["root", None], ids=["administrator", "server-token"])
+def test_administrators_and_the_server_token_see_the_queue_per_tenant(
+    server: LiveServer, queued: int, who: str | None
+) -> None:
+    with server.client(who) as client:
         answer = client.get("/nbcast/metrics")
     assert answer.status_code == 200
     assert _samples(answer.text)[("nbcast_tenant_queue_depth", (("tenant", "acme"),))] >= 1.0

@@ -6,7 +6,9 @@ resource ``nbcast``: send ``Authorization: token …``) unless the operator sets
 ``NbcastApp.metrics_open = True`` — then anyone who reaches the server may scrape,
 so open it only where the network is the protection (a scrape port behind the
 proxy). The per-tenant queue depth, which names tenants, is served to
-administrators and on an open endpoint only.
+administrators (``NbcastApp.admin_users``), to the server's own token (the operator's
+credential, which a Prometheus scrape job normally carries) and on an open endpoint;
+a tenant's user who scrapes sees the totals only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.identity import is_anonymous
 from nbcast.server_extension.metrics import metrics_registry
 from nbcast.server_extension.routes import Operation, route
 
@@ -41,7 +44,8 @@ class MetricsHandler(ApiHandler):
     async def _authorized(self) -> None:
         """For an authenticated, authorized user; tenants named for administrators."""
         self.caller  # noqa: B018 - a user without a tenant is refused here too
-        admin = self.caller.user in self.state.options.admin_users
+        operator = is_anonymous(self.current_user)  # the server's own token
+        admin = operator or self.caller.user in self.state.options.admin_users
         await self._expose(per_tenant=admin)
 
     async def _expose(self, *, per_tenant: bool) -> None:
