@@ -76,7 +76,8 @@ def seed(url: str, runs: int) -> None:
                 sa.text(
                     "INSERT INTO report_definitions (tenant_id, name, source_path, created_by, "
                     "created_at, latest_version) SELECT CAST(:t AS integer), 'report-' || g, "
-                    "'/r.ipynb', (SELECT id FROM users WHERE tenant_id = CAST(:t AS integer)), now(), 1 "
+                    "'/r.ipynb', (SELECT id FROM users WHERE tenant_id = CAST(:t AS integer)), "
+                    "now(), 1 "
                     "FROM generate_series(CAST(:lo AS integer), CAST(:hi AS integer)) g"
                 ),
                 {"t": index, "lo": offset + 1, "hi": offset + count},
@@ -271,7 +272,9 @@ def make_link(url: str, home: Path, content: bytes, base_url: str) -> str:
     db = Database.open(url, upgrade=False)
     try:
         with db.session() as session:
-            tenant_id = session.execute(sa.text("SELECT tenant_id FROM runs WHERE id = 1")).scalar_one()
+            tenant_id = session.execute(
+                sa.text("SELECT tenant_id FROM runs WHERE id = 1")
+            ).scalar_one()
             issued = create_link(
                 session,
                 signer,
