@@ -25,6 +25,9 @@ BIN = Path(sys.executable).parent
 
 HOSTILE_VALUE = "<img src=x onerror=alert(1)>"
 HOSTILE_ERROR = "<script>alert('boom')</script>"
+HOSTILE_OUTPUT = "<script>document.title = 'pwned'; fetch('/nbcast/pwned-by-a-notebook')</script>"
+"""An HTML output of the failing cell: were it to run, the title would change and the
+server would see the fetch."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,9 @@ def seed(server: LiveServer) -> Seeded:
     failing = make_notebook(
         folder / "failing.ipynb",
         parameters='region = "EMEA"\n',
-        body=f"raise ValueError({HOSTILE_ERROR!r} + region)",
+        # One line, so the failing line is still "cell 2, line 1".
+        body="from IPython.display import HTML, display; "
+        f"display(HTML({HOSTILE_OUTPUT!r})); raise ValueError({HOSTILE_ERROR!r} + region)",
         nbcast={
             "name": "sales.daily",
             "schedule": {"cron": "30 1 * * *", "timezone": "America/New_York"},
@@ -338,3 +343,127 @@ def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
     assert page.status_code == 200
     assert "01:30 happens twice on 2027-11-07: runs the first pass only (EDT)" in page.text
     assert "2027-11-08 01:30 EST" in page.text
+
+
+NOTEBOOK_VIEW_CSP = (
+    "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "font-src data:; frame-ancestors 'self'"
+)
+
+
+def test_a_failed_attempt_shows_its_traceback(server: LiveServer, seeded: Seeded) -> None:
+    with server.client("alice") as client:
+        page = client.get(f"/nbcast/runs/{seeded.failed_run}").text
+    found = re.search(r'<pre class="traceback">(.*?)</pre>', page, re.S)
+    assert found, page[:2000]
+    traceback = found.group(1)
+    assert "Traceback of attempt 1" in page
+    assert "ValueError" in traceback
+    assert "raise ValueError(" in traceback  # IPython's frame: the failing line
+    assert "&lt;script&gt;alert(" in traceback  # the hostile message, as text
+    assert "<script" not in traceback
+    assert "\x1b[" not in traceback
+    assert "[0;31m" not in traceback
+    assert "traceback unavailable" not in page
+
+
+def test_the_executed_notebook_rendered_sandboxed(server: LiveServer, seeded: Seeded) -> None:
+    path = f"/nbcast/runs/{seeded.failed_run}/notebook.html"
+    with server.client("alice") as client:
+        page = client.get(f"/nbcast/runs/{seeded.failed_run}").text
+        view = client.get(path)
+    # The run page frames it, open (the run failed), with a link to open it alone.
+    assert '<details class="card notebook" open>' in page
+    assert re.search(rf'<iframe class="notebook" sandbox src="{re.escape(path)}"', page)
+    assert f'href="{path}" target="_blank"' in page
+    assert view.status_code == 200, view.text[:500]
+    assert view.headers["content-type"].startswith("text/html")
+    assert view.headers["content-security-policy"] == NOTEBOOK_VIEW_CSP
+    assert view.headers["x-content-type-options"] == "nosniff"
+    assert view.headers["cache-control"] == "no-store"
+    text = re.sub(r"<[^>]+>", "", view.text)  # what a reader sees
+    assert "raise ValueError(" in text  # the code is shown
+    assert "ValueError" in view.text
+    assert "&lt;script&gt;alert(" in view.text
+    assert "<script" not in view.text.lower()  # the output's script never reaches the page
+
+
+def test_the_rendered_notebook_is_the_tenants_and_bounded(
+    server: LiveServer, seeded: Seeded
+) -> None:
+    with server.client("bob") as client:
+        mine = client.get(f"/nbcast/runs/{seeded.other_run}/notebook.html")  # queued: none yet
+        theirs = client.get(f"/nbcast/runs/{seeded.failed_run}/notebook.html")
+    assert mine.status_code == 404
+    assert "no executed notebook" in mine.text
+    assert mine.headers["content-security-policy"] == NOTEBOOK_VIEW_CSP
+    assert theirs.status_code == 404
+    assert "ValueError" not in theirs.text
+    assert "Traceback" not in theirs.text
+    with server.client("alice") as client:
+        assert client.get(f"/nbcast/runs/{seeded.other_run}/notebook.html").status_code == 404
+        assert client.get("/nbcast/runs/not-a-run/notebook.html").status_code == 404
+    # Unauthenticated: to the login page, like every page.
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        answer = anonymous.get(f"/nbcast/runs/{seeded.failed_run}/notebook.html")
+    assert answer.status_code in (302, 303)
+    assert "login" in answer.headers["location"]
+
+
+def test_an_unreadable_notebook_does_not_break_the_run_page(
+    server: LiveServer, seeded: Seeded
+) -> None:
+    from nbcast.artifacts import LocalArtifactStore, open_store
+    from nbcast.executor.artifacts_of_run import MAX_VIEW_BYTES
+    from nbcast.executor.queries import get_run
+
+    db = open_database(server)
+    try:
+        with db.session() as session:
+            run = get_run(session, Caller(tenant="acme", user="alice"), seeded.failed_run)
+    finally:
+        db.dispose()
+    assert run.notebook_sha256 is not None
+    store = open_store(load_settings(dict(server.env)).artifacts_location)
+    assert isinstance(store, LocalArtifactStore)
+    stored = store.path(run.notebook_sha256)
+    original = stored.read_bytes()
+    try:
+        stored.write_bytes(b"{not json")
+        with server.client("alice") as client:
+            page = client.get(f"/nbcast/runs/{seeded.failed_run}")
+            view = client.get(f"/nbcast/runs/{seeded.failed_run}/notebook.html")
+        assert page.status_code == 200
+        assert "traceback unavailable: the executed notebook is not JSON" in page.text
+        assert "cell 2, line 1" in page.text  # the summary still comes from the row
+        assert view.status_code == 422
+        assert "is not a notebook (not JSON)" in view.text
+        with stored.open("wb") as handle:  # one byte over the page's limit (sparse)
+            handle.truncate(MAX_VIEW_BYTES + 1)
+        with server.client("alice") as client:
+            view = client.get(f"/nbcast/runs/{seeded.failed_run}/notebook.html")
+            page = client.get(f"/nbcast/runs/{seeded.failed_run}")
+        assert view.status_code == 422
+        assert "larger than the 32.0 MB shown here: download the .ipynb instead" in view.text
+        assert page.status_code == 200
+        assert "traceback unavailable: the executed notebook is not JSON" in page.text
+        stored.unlink()
+        with server.client("alice") as client:
+            page = client.get(f"/nbcast/runs/{seeded.failed_run}")
+            view = client.get(f"/nbcast/runs/{seeded.failed_run}/notebook.html")
+        assert page.status_code == 200
+        assert "not in the artifact store" in page.text
+        assert view.status_code == 404
+    finally:
+        stored.write_bytes(original)
+
+
+def test_the_overview_says_when_embedded_services_are_off(
+    server: LiveServer, seeded: Seeded
+) -> None:
+    with server.client("alice") as client:
+        page = client.get("/nbcast/").text
+    assert "embedded services" in page
+    assert "off (run on their own)" in page
+    assert "this server&#39;s children" not in page
+    assert "this server's children" not in page

@@ -8,8 +8,11 @@ page                            shows
 ``/nbcast/definitions``         every definition: schedule, next fire, last state
 ``/nbcast/definitions/{name}``  versions, the next fire times with DST notes, the
                                 runs of that definition (SKIPPED/MISSED reasons)
-``/nbcast/runs/{run_id}``       context, parameters, attempts (failing cell and
-                                line), artifacts, deliveries per recipient, links
+``/nbcast/runs/{run_id}``       context, parameters, attempts (failing cell, line
+                                and traceback), the executed notebook rendered,
+                                artifacts, deliveries per recipient, links
+``/nbcast/runs/{run_id}/``      the executed notebook as HTML, for the run page's
+``notebook.html``               sandboxed ``<iframe>`` (:class:`RunNotebookView`)
 ==============================  ==================================================
 
 The pages are thin: each calls the command layer's tenant-scoped queries (another
@@ -51,6 +54,7 @@ __all__ = [
     "OverviewPage",
     "OverviewRedirect",
     "PageHandler",
+    "RunNotebookView",
     "RunPage",
     "environment",
 ]
@@ -282,6 +286,16 @@ def _web_url(url: str | None) -> str | None:
     return None
 
 
+def _instant_of(value: Any) -> datetime | None:
+    """An ISO instant from a snapshot as a datetime (None if it is not one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def _page_route(path: str, summary: str) -> Any:
     return route(path, Operation("get", summary, tag="pages"), documented=False)
 
@@ -312,7 +326,24 @@ class OverviewPage(PageHandler):
             refresh=REFRESH_ACTIVE_S if data.active else REFRESH_OVERVIEW_S,
             o=data,
             ray_dashboard_url=_web_url(self.state.options.ray_dashboard_url),
+            embedded=self._embedded(),
         )
+
+    def _embedded(self) -> list[dict[str, Any]] | None:
+        """The embedded services' supervisor's children (:mod:`..services`), their
+        instants as datetimes; None when this server runs none."""
+        from nbcast.server_extension.services import SERVICES_KEY
+
+        supervisor = self.settings.get(SERVICES_KEY)
+        if supervisor is None:
+            return None
+        children = []
+        for child in supervisor.snapshot().get("children", []):
+            row = dict(child)
+            for key in ("started_at", "last_exit_at", "next_start_at"):
+                row[key] = _instant_of(row.get(key))
+            children.append(row)
+        return children
 
 
 @_page_route("/nbcast", "The overview, at its address with the slash")
@@ -440,6 +471,7 @@ class RunPage(PageHandler):
     def _read(self, caller: Any, run_id: int) -> dict[str, Any]:
         from nbcast.delivery.queries import list_links
         from nbcast.errors import UnknownRunError
+        from nbcast.executor.artifacts_of_run import attempt_tracebacks
         from nbcast.executor.queries import get_run
         from nbcast.governance.overview import tenant_known
 
@@ -451,6 +483,96 @@ class RunPage(PageHandler):
         return {
             "run": run,
             "links": links,
+            "tracebacks": attempt_tracebacks(self.state.store, run),
             "failed_deliveries": sum(1 for d in run.deliveries if d.state.value == "FAILED"),
             "finished": run.state not in _ACTIVE_RUN,
         }
+
+
+NOTEBOOK_VIEW_CSP = (
+    "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "font-src data:; frame-ancestors 'self'"
+)
+"""The rendered notebook's policy: a notebook's HTML is its author's (hostile, as far
+as this origin is concerned), so it is a sandbox without scripts, fetching nothing
+but its own inline styles and data: images, framed only by nbcast's own pages."""
+
+
+@_page_route("/nbcast/runs/{run_id}/notebook.html", "A run's executed notebook as HTML")
+class RunNotebookView(PageHandler):
+    """The run's executed notebook (the run's, or a failed run's latest attempt's:
+    :func:`~nbcast.executor.artifacts_of_run.run_notebook`) rendered by the ``html``
+    renderer with its code and stderr shown — script-free and sanitised — and served
+    under :data:`NOTEBOOK_VIEW_CSP`. Notebooks over
+    :data:`~nbcast.executor.artifacts_of_run.MAX_VIEW_BYTES` are refused (422) with a
+    line saying so; errors are one line of plain text (the page is shown in an
+    ``<iframe>`` whose policy loads no stylesheet)."""
+
+    @property
+    def content_security_policy(self) -> str:
+        """:data:`NOTEBOOK_VIEW_CSP`, on every answer of this route (errors too)."""
+        return NOTEBOOK_VIEW_CSP
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """The rendered notebook."""
+        caller = self.caller
+        number = self.run_id(run_id)
+        html = await self.call(self._render, caller, number)
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.finish(html)
+
+    def _render(self, caller: Any, run_id: int) -> bytes:
+        from nbcast.delivery.renderers.html import HtmlRenderer
+        from nbcast.delivery.report import ReportInfo
+        from nbcast.errors import RenderError, UnknownRunError
+        from nbcast.executor.artifacts_of_run import NotebookUnavailable, run_notebook
+        from nbcast.governance.overview import tenant_known
+
+        with self.state.db.session() as session:
+            if not tenant_known(session, caller):
+                raise UnknownRunError(f"no run {run_id}")
+            try:
+                detail, data = run_notebook(session, caller, run_id, self.state.store)
+            except NotebookUnavailable as exc:
+                status = 422 if exc.status == 413 else 404
+                suffix = ": download the .ipynb instead" if status == 422 else ""
+                raise ApiError(status, f"{exc}{suffix}") from None
+        import nbformat
+
+        try:  # as the delivery worker reads it (multi-line strings joined)
+            notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
+        except Exception:  # nbformat raises whatever its JSON and validation raise
+            raise ApiError(
+                422, f"the executed notebook of run {run_id} is not a notebook (not JSON)"
+            ) from None
+        report = ReportInfo(
+            tenant=detail.tenant,
+            definition=detail.definition,
+            version=detail.version,
+            run_id=detail.id,
+            slot_key=detail.slot_key,
+            fire_at=detail.fire_at,
+            finished_at=detail.finished_at or self.state.clock.now(),
+        )
+        try:
+            return HtmlRenderer(include_input=True, include_stderr=True).render(notebook, report)
+        except RenderError as exc:
+            raise ApiError(422, str(exc)) from None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """One line of plain text (the module's error pages need a stylesheet that
+        this route's policy does not load)."""
+        exc_info = kwargs.get("exc_info")
+        if exc_info and exc_info[1] is not None:
+            status, _code, message, _field = status_of(exc_info[1])
+        else:
+            status, message = status_code, self._reason
+        text = " ".join(str(message).split())[:MAX_FLASH]
+        self.set_status(status)
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(f"{status}: {text}\n")
