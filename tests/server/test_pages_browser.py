@@ -134,6 +134,36 @@ def test_every_page_loads_cleanly_and_is_photographed(
     assert page.problems == []
 
 
+def test_a_notebooks_script_does_not_run_framed_or_alone(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    """The failing notebook displays ``HOSTILE_OUTPUT`` (a script that would retitle
+    the page and fetch a URL): shown in the run page's frame and opened alone, it
+    never runs."""
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    _open(page, f"{server.url}/nbcast/runs/{seeded.failed_run}")
+    assert page.locator("details.card.notebook[open] iframe.notebook[sandbox]").is_visible()
+    framed = page.frame_locator("iframe.notebook")
+    framed.locator("text=ValueError").first.wait_for()  # rendered, in its frame
+    assert "raise ValueError(" in framed.locator("body").inner_text()
+    assert page.locator("pre.traceback").first.is_visible()  # the latest attempt's, open
+    assert "ValueError" in page.inner_text("pre.traceback")
+    page.screenshot(path=str(artifacts / "run-failed-notebook.png"), full_page=True)
+    frame = page.frame(url=f"{server.url}/nbcast/runs/{seeded.failed_run}/notebook.html")
+    assert frame is not None
+    assert frame.title() != "pwned"
+    assert page.title() != "pwned"
+    alone = page.goto(f"{server.url}/nbcast/runs/{seeded.failed_run}/notebook.html")
+    assert alone is not None
+    assert alone.status == 200
+    assert alone.headers["content-security-policy"].startswith("sandbox; default-src 'none'")
+    assert "ValueError" in page.inner_text("body")
+    assert page.title() != "pwned"
+    assert not [url for url in requested if "pwned" in url]
+    assert page.problems == []
+
+
 def test_pause_through_the_form(
     page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
 ) -> None:
