@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,6 +152,10 @@ def test_the_three_services_run_as_children_and_beat(server: LiveServer) -> None
         rows = [s for s in health["services"] if s["kind"] == kind and s["alive"]]
         assert [r["pid"] for r in rows] == [child["pid"]]
     assert "[nbcast scheduler " in server.log()  # the children's output, in the server's log
+    with server.client("alice") as client:  # and the overview page shows each child
+        page = client.get("/nbcast/").text
+    for kind, child in children.items():
+        assert re.search(rf"<tr><td>{kind}</td><td class=\"num\">{child['pid']}</td>", page)
 
 
 def test_the_embedded_worker_executes_a_run_queued_through_the_cli(server: LiveServer) -> None:
