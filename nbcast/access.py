@@ -66,7 +66,7 @@ def page_limit(limit: int | None) -> int:
 
 
 def encode_cursor(*values: Any) -> str:
-    """An opaque cursor for a sort key (ints, strings, None, aware datetimes)."""
+    """An opaque cursor for a sort key (ids, strings, aware datetimes)."""
     plain = [v.isoformat() if isinstance(v, datetime) else v for v in values]
     raw = json.dumps(plain, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -74,7 +74,9 @@ def encode_cursor(*values: Any) -> str:
 
 def decode_cursor(cursor: str, kinds: Sequence[type]) -> tuple[Any, ...]:
     """The sort key in ``cursor``, each value checked against ``kinds`` (``datetime``
-    values come back aware); :class:`ConfigError` for anything else."""
+    values come back aware, ``int`` values are ids in ``[0, 2**63)``, ``str`` values
+    printable); :class:`ConfigError` for anything else — a forged cursor is bad input,
+    never a database error."""
     try:
         if not isinstance(cursor, str) or len(cursor) > 512:
             raise ValueError
@@ -84,18 +86,20 @@ def decode_cursor(cursor: str, kinds: Sequence[type]) -> tuple[Any, ...]:
             raise ValueError
         decoded: list[Any] = []
         for value, kind in zip(values, kinds, strict=True):
-            if value is None:
-                decoded.append(None)
-            elif kind is datetime:
+            if kind is datetime and isinstance(value, str):
                 instant = datetime.fromisoformat(value)
                 if instant.tzinfo is None:
                     raise ValueError
                 decoded.append(instant)
-            elif (kind is int and isinstance(value, int) and not isinstance(value, bool)) or (
-                kind is str and isinstance(value, str)
-            ):
+            elif kind is int and isinstance(value, int) and not isinstance(value, bool):
+                if not 0 <= value < 2**63:  # an id: what a BIGINT column holds
+                    raise ValueError
                 decoded.append(value)
-            else:
+            elif kind is str and isinstance(value, str):
+                if len(value) > 512 or not value.isprintable():
+                    raise ValueError
+                decoded.append(value)
+            else:  # None, or a value of another kind: nothing this list handed out
                 raise ValueError
     except (ValueError, TypeError, UnicodeDecodeError):
         raise ConfigError("after: not a cursor this list handed out") from None

@@ -53,20 +53,21 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(environ: Mapping[str, str] | None = None) -> None:
     """Log INFO and above to stderr in ``NBCAST_LOG_FORMAT`` (``text`` by default);
-    ConfigError for another value."""
+    ConfigError for another value. Like :func:`logging.basicConfig`, it leaves a root
+    logger that already has handlers as it is (an embedding application's, a test
+    runner's)."""
     env = os.environ if environ is None else environ
     kind = (env.get("NBCAST_LOG_FORMAT") or "text").strip().lower()
     if kind not in FORMATS:
         raise ConfigError(
             f"NBCAST_LOG_FORMAT must be one of {', '.join(FORMATS)}, not {kind[:40]!r}"
         )
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if kind == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    if not root.handlers:  # as logging.basicConfig: a configured root is left alone
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter() if kind == "json" else logging.Formatter(TEXT_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
     # Libraries that narrate their steps at INFO (alembic's plugins on every start,
     # weasyprint's progress per page): noise, not events.
     for chatty in QUIET:

@@ -6,6 +6,9 @@ import click
 
 __all__: list[str] = []
 
+MAX_BODY_BYTES = 40 * 1024 * 1024
+"""The largest request body ``nbcast serve`` reads."""
+
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--ip", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -31,6 +34,13 @@ def serve(ip: str, port: int, embedded_services: bool | None, server_args: tuple
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         "--ServerApp.open_browser=False",
+        # Per-person tokens are for nbcast, not for kernels or files on the server
+        # (nbcast.server_extension.authorizer); later arguments may say otherwise.
+        "--ServerApp.authorizer_class=nbcast.server_extension.authorizer.NbcastAuthorizer",
+        # No request needs more than nbcast's largest JSON body (32 MiB) and a margin;
+        # jupyter-server's default would buffer 512 MiB from anyone, logged in or not.
+        f"--ServerApp.max_body_size={MAX_BODY_BYTES}",
+        f"--ServerApp.max_buffer_size={MAX_BODY_BYTES}",
     ]
     if embedded_services is not None:
         argv.append(f"--NbcastApp.embedded_services={embedded_services}")

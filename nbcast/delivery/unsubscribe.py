@@ -28,6 +28,7 @@ from nbcast.delivery.channels import channel_class
 from nbcast.delivery.models import Unsubscription
 from nbcast.delivery.signing import Signer
 from nbcast.errors import ConfigError, LinkError
+from nbcast.governance.models import Tenant
 
 __all__ = [
     "ALL_REPORTS",
@@ -118,6 +119,8 @@ def use_token(
         raise LinkError("malformed token") from None
     if tenant_id is not None and fields["tenant_id"] != tenant_id:
         raise LinkError("the token belongs to another tenant")
+    if session.get(Tenant, fields["tenant_id"]) is None:  # e.g. a restored backup
+        raise LinkError("the token's tenant no longer exists")
     record_unsubscribe(session, source=source, now=now, **fields)  # type: ignore[arg-type]
     return dict(fields)
 

@@ -154,3 +154,15 @@ def test_one_click_unsubscribe_is_recorded_once(db: Database, tmp_path: Path) ->
         )
         with pytest.raises(LinkError):
             use_token(session, signer, token.replace("k2.", "k1."), T0)
+
+
+def test_a_token_of_a_tenant_that_no_longer_exists_is_refused(db: Database, tmp_path: Path) -> None:
+    _run(db, tmp_path)
+    signer = Signer([NEW])
+    token = unsubscribe_token(
+        signer, tenant_id=999_999, scope="r", channel="email", recipient="cfo@example.com"
+    )
+    with db.session() as session, pytest.raises(LinkError, match="no longer exists"):
+        use_token(session, signer, token, T0)
+    with db.session() as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(Unsubscription)) == 0

@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import holidays
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbcast.definitions.bindings import Period, parse_binding, resolve
@@ -67,12 +67,22 @@ def schedules(draw: st.DrawFn) -> ScheduleSpec:
     )
 
 
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)
+
+
 @PROPERTY
 @given(
     spec=schedules(),
     start=st.sampled_from(WINDOWS),
     days=st.integers(1, 20),
     cut=st.integers(0, 50),
+)
+@example(  # Santiago falls back at 2026-04-05 00:00: a half-hourly slot in the fold
+    spec=ScheduleSpec(every=timedelta(minutes=30), timezone="America/Santiago"),
+    start=datetime(2026, 3, 28, tzinfo=UTC),
+    days=9,
+    cut=0,
 )
 def test_intervals_tile_time_and_do_not_depend_on_the_window(
     spec: ScheduleSpec, start: datetime, days: int, cut: int
@@ -81,12 +91,14 @@ def test_intervals_tile_time_and_do_not_depend_on_the_window(
     zone = ZoneInfo(spec.timezone)
     slots = list(schedule.slots(start, start + timedelta(days=days)))
     periods = slot_periods(schedule, zone, slots)
+    # Compared as UTC instants: datetimes of one zone compare by wall time and
+    # ignore ``fold``, so 23:30 (first pass) would wrongly sort after 23:00 (second).
     for slot, period in zip(slots, periods, strict=True):
-        assert period.nominal == slot.local
-        assert period.interval_end == slot.local
-        assert period.interval_start <= period.interval_end  # as instants
+        assert _utc(period.nominal) == _utc(slot.local)
+        assert _utc(period.interval_end) == _utc(slot.local)
+        assert _utc(period.interval_start) <= _utc(period.interval_end)
     for before, after in itertools.pairwise(periods):
-        assert after.interval_start == before.interval_end  # no gap, no overlap
+        assert _utc(after.interval_start) == _utc(before.interval_end)  # no gap, no overlap
     # Split anywhere (another pass, a late tick, a backfill): the same periods.
     if slots:
         split = min(cut, len(slots) - 1)

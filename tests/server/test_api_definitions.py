@@ -469,6 +469,29 @@ def test_odd_publish_paths_are_refused_with_the_field(
         assert answer.json()["error"]["field"] in ("path", None)
 
 
+def test_nbcasts_own_files_and_files_outside_the_root_are_never_read(
+    published: dict[str, Any], server: LiveServer, alice: httpx.Client, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.ipynb"
+    outside.write_text(Path("notebooks/examples/daily_sales.ipynb").read_text())
+    (server.folder / "escape.ipynb").symlink_to(outside)
+    (server.folder / "home-link.ipynb").symlink_to(server.home / "nbcast.db")
+    before = sorted(p.name for p in server.home.iterdir())
+    for path in (
+        "nbcast-home/nbcast.db",  # what opening and closing would unlock: the database
+        "nbcast-home/signing-keys.json",
+        "home-link.ipynb",
+        "escape.ipynb",
+        "nbcast-home",
+    ):
+        answer = alice.post(f"{API}/definitions", json={"path": path, "name": "stolen"})
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"]["field"] == "path"
+        assert "stolen" not in alice.get(f"{API}/definitions").text
+    # The database was never opened as a file (its -wal and -shm files are still there).
+    assert sorted(p.name for p in server.home.iterdir()) == before
+
+
 def test_nothing_above_was_a_server_error(server: LiveServer) -> None:
     log = server.log()
     assert "Traceback" not in log

@@ -467,3 +467,11 @@ def test_the_overview_says_when_embedded_services_are_off(
     assert "off (run on their own)" in page
     assert "this server&#39;s children" not in page
     assert "this server's children" not in page
+
+
+def test_a_path_that_is_not_utf8_is_a_plain_error_page(server: LiveServer) -> None:
+    with server.client("alice") as alice:
+        answer = alice.get("/nbcast/definitions/%ff")
+    assert 400 <= answer.status_code < 500
+    assert "<html" in answer.text.lower()
+    assert "Traceback" not in server.log()

@@ -438,7 +438,10 @@ class DefinitionsHandler(ApiHandler):
             raise ApiError(
                 400, "path must name a notebook under the server's root folder", field="path"
             )
+        if not clean.lower().endswith(".ipynb"):
+            raise ApiError(400, f"{clip(clean)} is not a .ipynb notebook", field="path")
         manager = self.contents_manager
+        self._check_real_path(getattr(manager, "root_dir", None), clean)
         try:
             model = await ensure_async(manager.get(clean, content=False))  # type: ignore[no-untyped-call]
             if model.get("type") == "directory":
@@ -477,6 +480,20 @@ class DefinitionsHandler(ApiHandler):
         source = str(Path(root, clean).resolve()) if isinstance(root, str) else f"contents:{clean}"
         loaded = await self.call(lambda: loaded_document(parse_notebook_text(text, clean), clean))
         return loaded, source
+
+    def _check_real_path(self, root: Any, clean: str) -> None:
+        """Refuse a path whose real file (symlinks followed) is outside the server's
+        root folder, or inside nbcast's home: nbcast's database, keys and artifacts
+        are never read as a notebook (opening and closing a live SQLite file in the
+        server would also drop the locks other processes rely on)."""
+        if not isinstance(root, str):
+            return  # a contents manager without a local root: it enforces its own
+        real = Path(root, clean).resolve()
+        home = Path(self.state.settings.home).resolve()
+        if not real.is_relative_to(Path(root).resolve()) or real.is_relative_to(home):
+            raise ApiError(
+                400, "path must name a notebook under the server's root folder", field="path"
+            )
 
     def _publish(
         self,

@@ -337,7 +337,7 @@ class RunsHandler(_RunBase):
                 if filters["definition"] is not None:
                     raise NotFoundError(f"no definition named {filters['definition']!r}")
                 return Page([], None)
-            if after is not None and after.isdigit():
+            if after is not None and after.isascii() and after.isdigit():
                 after = self._cursor_of(session, caller, after)
             try:
                 return list_runs(session, caller, after=after, **filters)

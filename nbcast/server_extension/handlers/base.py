@@ -175,7 +175,7 @@ class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
 
     def path_int(self, name: str, value: str) -> int:
         """A path segment that must be a positive id."""
-        if not value.isdigit() or len(value) > 19:
+        if not (value.isascii() and value.isdigit()) or len(value) > 19:
             raise ApiError(404, f"no {name} {value[:40]!r}", code="not_found", field=name)
         return int(value)
 

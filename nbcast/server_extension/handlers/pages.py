@@ -192,7 +192,7 @@ class PageHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
             refresh = REFRESH_ACTIVE_S
         try:
             caller = self.caller
-        except NbcastError:
+        except Exception:  # no caller (an error before login, a broken request): a page still
             caller = None
         values = {
             "title": title,
@@ -274,7 +274,7 @@ class PageHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
 
     def run_id(self, value: str) -> int:
         """A run id from the path (anything else names no run)."""
-        if not value.isdigit() or len(value) > 18:
+        if not (value.isascii() and value.isdigit()) or len(value) > 18:
             raise NotFoundError(f"no run {value[:40]!r}")
         return int(value)
 
