@@ -201,6 +201,19 @@ def test_a_revoked_link_is_410(live: LiveServer, delivered: Delivered) -> None:
     assert _opens(live, delivered.run_id) == before
 
 
+def test_tokens_stay_out_of_the_access_log(live: LiveServer, delivered: Delivered) -> None:
+    long_junk = "k1." + "A" * 3000
+    assert _open(f"{live.url}/nbcast/links/{long_junk}").status_code == 403
+    for url in delivered.links:
+        _open(url)
+    log = live.log()
+    assert "AAAAAAAAAAAAAAAAAAAAAAAA" not in log
+    for url in delivered.links:
+        token = url.rsplit("/", 1)[1]
+        assert token not in log
+    assert "/nbcast/links/k1.AAAAAAAAA… " in log  # the refusal is logged, redacted
+
+
 def test_an_expired_link_is_410(live: LiveServer, delivered: Delivered) -> None:
     """A link handed out two days ago for one day, by the delivery plane itself."""
     db = database(live)

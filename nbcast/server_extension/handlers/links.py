@@ -100,6 +100,13 @@ class PublicHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
         """The strict policy (jupyter-server's default is for its own pages)."""
         return STRICT_POLICY
 
+    async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        """Keep the token out of the access log: a link or unsubscribe token is a
+        capability, and the log is read by people who should not hold it (the route
+        has already taken the token from the path)."""
+        self.request.uri = redact_token(self.request.uri or "")
+        await super().prepare(*args, **kwargs)
+
     def set_default_headers(self) -> None:
         """jupyter-server's defaults, then no referrer and no caching."""
         super().set_default_headers()
@@ -157,6 +164,18 @@ class PublicHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
             log.info("%s %s: %s", self.request.method, type(self).__name__, value)
             return
         super().log_exception(typ, value, tb)
+
+
+def redact_token(uri: str) -> str:
+    """``/nbcast/links/k1.eyJsIjo…`` for ``/nbcast/links/<token>`` (the first
+    :data:`TOKEN_SHOWN` characters of the token kept, to tell links apart)."""
+    path, _, _query = uri.partition("?")
+    head, _, token = path.rpartition("/")
+    return f"{head}/{token[:TOKEN_SHOWN]}…" if len(token) > TOKEN_SHOWN else path
+
+
+TOKEN_SHOWN = 12
+"""How much of a token the access log keeps."""
 
 
 def page(title: str, detail: str, body: str = "") -> str:
