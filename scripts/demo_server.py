@@ -3,13 +3,15 @@ delivery worker sent.
 
 1. starts ``nbcast serve --no-embedded-services`` on the port the links were made
    for (``NBCAST_BASE_URL``), with a fresh server token,
+   — while it starts, runs the report of the first email in the mailbox once more
+   (``nbcast run`` + a local worker),
 2. opens every signed link the ledger handed out (status, content type, size) and
    one whose signature was tampered with (403),
-3. takes the ``List-Unsubscribe`` URL of the first email in the mailbox and POSTs the
-   RFC 8058 one-click body to it, as a mail client does; then runs that report again
-   (``nbcast run`` + a local worker + the delivery worker), and checks that the new
+3. takes the ``List-Unsubscribe`` URL of that email and POSTs the RFC 8058 one-click
+   body to it, as a mail client does; then delivers the new run and checks that its
    delivery to that recipient is ``SUPPRESSED unsubscribed``,
-4. saves screenshots of the status page (overview and a run) through Chromium,
+4. saves screenshots of the status page (overview and a run) through Chromium, while
+   that delivery worker runs,
 5. stops the server and prints the command that starts it again.
 
 Any surprise fails the demo (``SystemExit`` with the reason).
@@ -36,9 +38,12 @@ BIN = Path(sys.executable).parent
 Nbcast = Callable[..., str]
 
 
-def _start(argv: list[str], env: dict[str, str], log: Path, url: str, token: str) -> Any:
+def _launch(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     handle = log.open("wb")
-    process = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    return subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], log: Path, url: str, token: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -50,7 +55,7 @@ def _start(argv: list[str], env: dict[str, str], log: Path, url: str, token: str
                 timeout=2.0,
             )
             if answer.status_code == 200:
-                return process
+                return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
@@ -108,9 +113,24 @@ def serve_and_check(
     ]
     log = out / "server.log"
     print(f"$ nbcast serve --no-embedded-services --port {port}   (log: {log})", flush=True)
-    server = _start(argv, server_env, log, base_url, token)
+    server = _launch(argv, server_env, log)
     try:
-        _check(nbcast, env, out, base_url, token, deliveries, mail_files)
+        # While the server starts: one more run of the report whose first email will be
+        # unsubscribed, executed now and delivered after the unsubscribe.
+        recipient, subject, unsubscribe = _first_unsubscribe(mail_files)
+        report = next(
+            d["report"]
+            for d in deliveries
+            if d["channel"] == "email" and d["recipient"] == recipient and d["state"] == "SENT"
+        )
+        run = json.loads(nbcast("run", report, "--json", env=env))
+        nbcast("worker", "--exit-when-idle", "--no-warm-kernels", env=env, timeout=300)
+        _wait_ready(server, log, base_url, token)
+        _links(deliveries)
+        _unsubscribe(recipient, subject, unsubscribe)
+        # The run page shown: a delivered run whose links were just opened.
+        shown = min(d["run"] for d in deliveries if d["channel"] == "link")
+        _suppressed_and_screenshots(nbcast, env, out, base_url, token, run["id"], recipient, shown)
     finally:
         server.terminate()
         try:
@@ -125,15 +145,8 @@ def serve_and_check(
     )
 
 
-def _check(
-    nbcast: Nbcast,
-    env: dict[str, str],
-    out: Path,
-    base_url: str,
-    token: str,
-    deliveries: list[dict[str, Any]],
-    mail_files: Sequence[Path],
-) -> None:
+def _links(deliveries: list[dict[str, Any]]) -> None:
+    """Open every signed link handed out, and one with a tampered signature."""
     links = [
         url
         for d in sorted(deliveries, key=lambda d: d["id"])
@@ -148,45 +161,64 @@ def _check(
             if answer.status_code != 200:
                 raise SystemExit(f"demo failed: the signed link answered {answer.status_code}")
         forged = http.get(_tampered(links[0]))
-        print(f"the same link with one character of its signature changed → {forged.status_code}")
-        if forged.status_code != 403:
-            raise SystemExit(f"demo failed: a tampered link answered {forged.status_code}")
+    print(f"the same link with one character of its signature changed → {forged.status_code}")
+    if forged.status_code != 403:
+        raise SystemExit(f"demo failed: a tampered link answered {forged.status_code}")
 
-        recipient, subject, unsubscribe = _first_unsubscribe(mail_files)
-        answer = http.post(
-            unsubscribe,
-            content=b"List-Unsubscribe=One-Click",
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
-        print(f"one-click unsubscribe of {recipient} from {subject!r} → {answer.status_code}")
-        if answer.status_code != 200:
-            raise SystemExit(f"demo failed: one-click unsubscribe answered {answer.status_code}")
 
-    report = next(
-        d["report"]
-        for d in deliveries
-        if d["channel"] == "email" and d["recipient"] == recipient and d["state"] == "SENT"
+def _unsubscribe(recipient: str, subject: str, url: str) -> None:
+    """POST the RFC 8058 one-click body, as a mail provider does."""
+    answer = httpx.post(
+        url,
+        content=b"List-Unsubscribe=One-Click",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        timeout=30,
     )
-    run = json.loads(nbcast("run", report, "--json", env=env))
-    nbcast("worker", "--exit-when-idle", env=env, timeout=300)
-    nbcast("delivery-worker", "--exit-when-idle", "--poll", "0.5", env=env, timeout=300)
-    after = json.loads(
-        nbcast("deliveries", "list", "--run", str(run["id"]), "--json", env=env, echo=False)
-    )
-    mine = [d for d in after if d["recipient"] == recipient and d["channel"] == "email"]
-    for d in mine:
-        print(f"run {run['id']} to {recipient}: {d['state']} {d['reason'] or ''}")
-    if not mine or any((d["state"], d["reason"]) != ("SUPPRESSED", "unsubscribed") for d in mine):
-        raise SystemExit("demo failed: the unsubscribed recipient was not suppressed")
+    print(f"one-click unsubscribe of {recipient} from {subject!r} → {answer.status_code}")
+    if answer.status_code != 200:
+        raise SystemExit(f"demo failed: one-click unsubscribe answered {answer.status_code}")
 
+
+def _suppressed_and_screenshots(
+    nbcast: Nbcast,
+    env: dict[str, str],
+    out: Path,
+    base_url: str,
+    token: str,
+    run_id: int,
+    recipient: str,
+    shown: int,
+) -> None:
+    """Deliver the extra run (the unsubscribed recipient must be SUPPRESSED) while
+    Chromium takes the status page's screenshots (the overview and run ``shown``)."""
     try:
         from scripts.ui_screenshots import save_screenshots
     except ImportError as exc:  # playwright is in the dev extra, which make demo installs
         raise SystemExit(f"demo failed: {exc}") from None
+    print("$ nbcast delivery-worker --exit-when-idle --poll 0.5", flush=True)
+    delivering = subprocess.Popen(
+        [str(BIN / "nbcast"), "delivery-worker", "--exit-when-idle", "--poll", "0.5"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
-        shots = save_screenshots(base_url, token, out / "screenshots", run["id"])
+        shots = save_screenshots(base_url, token, out / "screenshots", shown)
     except RuntimeError as exc:  # chromium missing: `make demo` installs it
+        delivering.kill()
         raise SystemExit(f"demo failed: screenshots: {exc}") from None
+    output, _ = delivering.communicate(timeout=300)
+    sys.stdout.write(output.decode(errors="replace").splitlines()[-1] + "\n")
+    if delivering.returncode != 0:
+        raise SystemExit(f"demo failed: the delivery worker exited {delivering.returncode}")
+    after = json.loads(
+        nbcast("deliveries", "list", "--run", str(run_id), "--json", env=env, echo=False)
+    )
+    mine = [d for d in after if d["recipient"] == recipient and d["channel"] == "email"]
+    for d in mine:
+        print(f"run {run_id} to {recipient}: {d['state']} {d['reason'] or ''}")
+    if not mine or any((d["state"], d["reason"]) != ("SUPPRESSED", "unsubscribed") for d in mine):
+        raise SystemExit("demo failed: the unsubscribed recipient was not suppressed")
     for path in shots:
         print(f"screenshot: {path}")
     if os.environ.get("NBCAST_DEMO_DOCS") == "1":  # make docs-images: the README's picture
