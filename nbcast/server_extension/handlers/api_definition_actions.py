@@ -46,6 +46,7 @@ from nbcast.server_extension.routes import API, Operation, Param, route
 __all__ = [
     "DEFAULT_PREVIEW",
     "MAX_PREVIEW",
+    "PREVIEW_LIMIT",
     "BackfillHandler",
     "DefinitionDiffHandler",
     "DefinitionPreviewHandler",
@@ -58,6 +59,12 @@ __all__ = [
 MAX_PREVIEW = 10_000
 """The most slots one preview answers."""
 DEFAULT_PREVIEW = 1_000
+PREVIEW_LIMIT = Param(
+    "limit",
+    schema={"type": "integer", "minimum": 1, "maximum": MAX_PREVIEW, "default": DEFAULT_PREVIEW},
+    description=f"The most slots (1 to {MAX_PREVIEW:,}); more is a 400",
+)
+"""The ``limit`` query parameter of both previews."""
 
 _STRING = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}
@@ -366,16 +373,7 @@ class BackfillHandler(ApiHandler):
             DEFINITION_NAME,
             Param("from", schema=DAY_OR_INSTANT, required=True, description="Range start (incl.)"),
             Param("until", schema=DAY_OR_INSTANT, required=True, description="Range end (excl.)"),
-            Param(
-                "limit",
-                schema={
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_PREVIEW,
-                    "default": DEFAULT_PREVIEW,
-                },
-                description=f"The most slots (1 to {MAX_PREVIEW:,}); more is a 400",
-            ),
+            PREVIEW_LIMIT,
         ),
         response={"type": "array", "items": DEFINITION_PREVIEW_SLOT},
     ),

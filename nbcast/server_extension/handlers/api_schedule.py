@@ -38,6 +38,7 @@ from nbcast.server_extension.handlers.api_definition_actions import (
     DAY_OR_INSTANT,
     DEFAULT_PREVIEW,
     MAX_PREVIEW,
+    PREVIEW_LIMIT,
     PREVIEW_SLOT,
     range_query,
 )
@@ -74,16 +75,7 @@ _FOLDS = ("auto", "first", "last", "both")
             Param("until", schema=DAY_OR_INSTANT, required=True, description="Range end (excl.)"),
             Param("dst_gap", schema={"type": "string", "enum": list(_GAPS), "default": "auto"}),
             Param("dst_fold", schema={"type": "string", "enum": list(_FOLDS), "default": "auto"}),
-            Param(
-                "limit",
-                schema={
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_PREVIEW,
-                    "default": DEFAULT_PREVIEW,
-                },
-                description=f"The most slots (1 to {MAX_PREVIEW:,}); more is a 400",
-            ),
+            PREVIEW_LIMIT,
         ),
         response={"type": "array", "items": PREVIEW_SLOT},
         errors=(400, 403),
