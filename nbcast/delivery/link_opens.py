@@ -21,15 +21,14 @@ was considered and rejected: 2³² IPv4 addresses are hashed in seconds, so it w
 hide nothing. Behind a reverse proxy the address is what jupyter-server reports
 (``ServerApp.trust_xheaders`` makes it the forwarded one).
 
-:func:`opens_of_run` lists a run's openings for the run page; :func:`open_counts`
-counts them per link for ``nbcast links list``. Both are scoped to the caller's
-tenant.
+:func:`opens_of_run` lists a run's openings for the run page;
+:func:`nbcast.delivery.queries.open_counts` counts them per link for ``nbcast links
+list``. Both are scoped to the caller's tenant.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -56,7 +55,6 @@ __all__ = [
     "OpenRecord",
     "OpenedLink",
     "network_of",
-    "open_counts",
     "open_link",
     "opens_of_run",
     "record_open",
@@ -323,17 +321,3 @@ def opens_of_run(
         )
         for row, recipient, filename in rows
     ]
-
-
-def open_counts(session: Session, tenant_id: int, link_ids: Iterable[int]) -> dict[int, int]:
-    """How often each of ``link_ids`` (links of ``tenant_id``) was opened; a link
-    never opened is absent. One grouped query, over a page of links."""
-    ids = list(link_ids)
-    if not ids:
-        return {}
-    rows = session.execute(
-        sa.select(LinkOpen.link_id, sa.func.count())
-        .where(LinkOpen.tenant_id == tenant_id, LinkOpen.link_id.in_(ids))
-        .group_by(LinkOpen.link_id)
-    )
-    return {int(link_id): int(count) for link_id, count in rows}

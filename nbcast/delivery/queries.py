@@ -15,6 +15,7 @@ show``, the server's run view) read through these functions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +30,7 @@ from nbcast.delivery.models import (
     Delivery,
     DeliveryReason,
     DeliveryState,
+    LinkOpen,
     Rendition,
     RenditionState,
     SignedLink,
@@ -47,6 +49,7 @@ __all__ = [
     "deliveries_of_run",
     "list_deliveries",
     "list_links",
+    "open_counts",
     "parse_delivery_state",
     "renditions_of_run",
     "require_run",
@@ -348,7 +351,6 @@ def list_links(
         query = query.where(SignedLink.run_id == run_id)
     if after is not None:
         query = query.where(SignedLink.id < _after_id(after))
-    from nbcast.delivery.link_opens import open_counts  # it imports this module
 
     rows = list(session.scalars(query.order_by(SignedLink.id.desc()).limit(count + 1)))
     opens = open_counts(session, tenant.id, [r.id for r in rows[:count]])
@@ -369,3 +371,17 @@ def list_links(
     ]
     more = len(rows) > count
     return Page(items, encode_cursor(items[-1].id) if more and items else None)
+
+
+def open_counts(session: Session, tenant_id: int, link_ids: Iterable[int]) -> dict[int, int]:
+    """How often each of ``link_ids`` (links of ``tenant_id``) was opened; a link
+    never opened is absent. One grouped query, over a page of links."""
+    ids = list(link_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        sa.select(LinkOpen.link_id, sa.func.count())
+        .where(LinkOpen.tenant_id == tenant_id, LinkOpen.link_id.in_(ids))
+        .group_by(LinkOpen.link_id)
+    )
+    return {int(link_id): int(count) for link_id, count in rows}

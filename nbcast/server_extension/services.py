@@ -22,8 +22,8 @@ What the :class:`ServiceSupervisor` guarantees:
   :data:`STOP_GRACE` seconds, then SIGKILLs what is left. If the server dies without
   stopping (SIGKILL, a crash), Linux sends each child SIGTERM through
   ``PR_SET_PDEATHSIG``. That is set *in the child*, before nbcast's CLI runs
-  (:func:`child_main`), not in ``preexec_fn``, which is unsafe in a server that has
-  threads; the death signal belongs to the thread that forked, so
+  (:mod:`nbcast.server_extension.child`), not in ``preexec_fn``, which is unsafe in a
+  server that has threads; the death signal belongs to the thread that forked, so
   children are started from the event loop's thread, which lives as long as the
   server. Each child leads a process group of its own: a Ctrl-C at the server's
   terminal reaches the server only (which then stops the children in order), and
@@ -63,10 +63,12 @@ __all__ = [
     "ChildSpec",
     "ServiceSupervisor",
     "backoff_delay",
-    "child_main",
     "disabled_snapshot",
     "embedded_children",
 ]
+
+CHILD_MODULE = "nbcast.server_extension.child"
+"""How a child starts on Linux (:mod:`nbcast.server_extension.child`)."""
 
 SERVICES_KEY = "nbcast_services"
 """The tornado settings key of the :class:`ServiceSupervisor` (absent: none runs)."""
@@ -86,7 +88,6 @@ MAX_LINES_PER_MINUTE = 600
 
 _READ_CHUNK = 64 * 1024
 _POLL = 0.2
-_PR_SET_PDEATHSIG = 1
 
 
 class ChildState:
@@ -327,8 +328,8 @@ class ServiceSupervisor:
         return code
 
     def _argv(self, spec: ChildSpec) -> list[str]:
-        if sys.platform.startswith("linux"):  # through child_main: PR_SET_PDEATHSIG
-            return [self.python, "-m", __name__, str(os.getpid()), *spec.args]
+        if sys.platform.startswith("linux"):  # through the child module: PR_SET_PDEATHSIG
+            return [self.python, "-m", CHILD_MODULE, str(os.getpid()), *spec.args]
         return [self.python, "-m", "nbcast", *spec.args]
 
     def _signal(
@@ -406,29 +407,9 @@ def disabled_snapshot() -> dict[str, Any]:
     return {"enabled": False, "stopping": False, "children": []}
 
 
-def child_main(argv: Sequence[str]) -> int:
-    """A child's start on Linux: ``python -m nbcast.server_extension.services <server
-    pid> <nbcast arguments>``. Asks Linux for SIGTERM when the server's thread dies,
-    gives up at once if the server is already gone (it died before the request took
-    effect), then runs nbcast's CLI in this process."""
-    import ctypes
-
-    with contextlib.suppress(Exception):  # no prctl (not glibc): the stop hook remains
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if not argv or os.getppid() != int(argv[0]):
-        return 0
-    from nbcast.cli import main
-
-    return main(list(argv[1:]))
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
 def _instant(value: datetime | None) -> str | None:
     return None if value is None else format_instant(value)
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:]))
