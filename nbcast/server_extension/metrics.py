@@ -4,7 +4,9 @@ nbcast's state lives in its database, shared by every scheduler, worker and
 delivery worker, so the metrics are counts of rows taken when Prometheus scrapes
 (:class:`DatabaseCollector`, a ``prometheus_client`` custom collector), not
 counters kept in one process: any server of the installation reports the same
-numbers, and a restart loses nothing.
+numbers, and a restart loses nothing. The counting itself is the governance plane's
+(:mod:`nbcast.governance.metrics_queries`); this module holds no SQL, only the
+families and the bounds on their labels.
 
 ===========================================  =======================================
 family                                       labels
@@ -14,7 +16,8 @@ family                                       labels
 ``nbcast_slots_materialized``                ``state``, ``reason`` (scheduled runs:
                                              SKIPPED and MISSED with their reasons)
 ``nbcast_queue_depth``                       —
-``nbcast_tenant_queue_depth``                ``tenant`` (administrators only, below)
+``nbcast_tenant_queue_depth``                ``tenant``, ``state`` (QUEUED, LEASED,
+                                             RUNNING; administrators only, below)
 ``nbcast_queue_oldest_age_seconds``          — (the oldest due QUEUED run's wait)
 ``nbcast_scheduler_lag_seconds``             —
 ``nbcast_services_alive``                    ``kind``
@@ -33,7 +36,9 @@ distinct values and folds the rest into ``other``. The per-tenant queue depth
 names tenants, which one tenant must not learn about another, so it is only
 served to administrators (``NbcastApp.admin_users``) and on an open endpoint the
 operator chose (``metrics_open``), and only for the :data:`MAX_TENANTS` deepest
-queues (the rest summed under ``other``).
+queues (the rest summed under ``other``): at most ``(MAX_TENANTS + 1) × 3`` series,
+each named tenant with all three states (zero included, so a dashboard's series do
+not come and go).
 
 Every family is one grouped query; on a million runs a scrape costs a few table
 scans, so scrape every 15–60 s, not every second.
@@ -41,12 +46,10 @@ scans, so scrape every 15–60 s, not every second.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -58,13 +61,16 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
 from nbcast.db import Database
+from nbcast.governance import metrics_queries as q
 
 __all__ = [
     "DURATION_BUCKETS",
     "MAX_LABEL_VALUES",
     "MAX_TENANTS",
+    "OTHER",
     "DatabaseCollector",
     "metrics_registry",
+    "tenant_queue_family",
 ]
 
 MAX_LABEL_VALUES = 50
@@ -77,7 +83,7 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 """Upper bounds (seconds) of the duration histograms' buckets."""
 
 OTHER = "other"
-log = logging.getLogger(__name__)
+"""The label value that stands for every value past a family's bound."""
 SERVICE_KINDS = ("scheduler", "worker", "delivery-worker")
 
 
@@ -106,27 +112,52 @@ def _bounded(
     return sorted(merged.items())
 
 
-def _gauge(name: str, doc: str, labels: Sequence[str], rows: Any) -> GaugeMetricFamily:
+def _gauge(
+    name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=list(labels))
     for values, value in _bounded((tuple(row[:-1]), float(row[-1])) for row in rows):
         family.add_metric(list(values), value)
     return family
 
 
-def _histogram(session: Session, name: str, doc: str, column: Any, where: Any) -> Metric:
-    """A histogram of ``column`` (seconds) over the rows ``where`` selects: one query
-    that counts each bucket."""
-    cases = [sa.func.sum(sa.case((column <= bound, 1), else_=0)) for bound in DURATION_BUCKETS]
-    row = session.execute(
-        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(column), 0.0), *cases).where(
-            where, column.is_not(None)
-        )
-    ).one()
-    count, total = int(row[0]), float(row[1])
-    buckets = [(repr(bound), float(row[2 + i] or 0)) for i, bound in enumerate(DURATION_BUCKETS)]
-    buckets.append(("+Inf", float(count)))
+def _scalar(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc)
+    family.add_metric([], value)
+    return family
+
+
+def _histogram(name: str, doc: str, counted: q.DurationHistogram) -> Metric:
+    buckets = [(repr(bound), float(n)) for bound, n in counted.buckets]
+    buckets.append(("+Inf", float(counted.count)))
     family = HistogramMetricFamily(name, doc)
-    family.add_metric([], buckets, sum_value=total)
+    family.add_metric([], buckets, sum_value=counted.total)
+    return family
+
+
+def tenant_queue_family(queues: Sequence[q.TenantQueue]) -> GaugeMetricFamily:
+    """``nbcast_tenant_queue_depth``: the :data:`MAX_TENANTS` deepest queues by name,
+    each with every state of :data:`~nbcast.governance.metrics_queries.QUEUE_STATES`;
+    the rest summed per state under ``other`` (``queues`` deepest first, as
+    :func:`~nbcast.governance.metrics_queries.queue_by_tenant_and_state` gives them)."""
+    family = GaugeMetricFamily(
+        "nbcast_tenant_queue_depth",
+        f"Runs in the queue (QUEUED, LEASED, RUNNING), by tenant and state (the "
+        f"{MAX_TENANTS} deepest queues; the rest as other).",
+        labels=["tenant", "state"],
+    )
+    deepest = sorted(queues, key=lambda queue: (-queue.total, queue.tenant))
+    rest = dict.fromkeys(q.QUEUE_STATES, 0)
+    for i, queue in enumerate(deepest):
+        if i < MAX_TENANTS and queue.tenant != OTHER:
+            for state in q.QUEUE_STATES:
+                family.add_metric([queue.tenant[:64], state], float(queue.counts.get(state, 0)))
+        else:
+            for state in q.QUEUE_STATES:
+                rest[state] += queue.counts.get(state, 0)
+    if any(rest.values()):
+        for state in q.QUEUE_STATES:
+            family.add_metric([OTHER, state], float(rest[state]))
     return family
 
 
@@ -151,51 +182,34 @@ class DatabaseCollector(Collector):
         yield from families
 
     def _families(self, session: Session, now: datetime) -> Iterator[Metric]:
-        from nbcast.delivery.models import Delivery, LinkOpen, Rendition
-        from nbcast.executor.models import Run, RunAttempt, RunState
         from nbcast.governance.health import health
-        from nbcast.governance.models import Tenant
 
-        yield _gauge(
-            "nbcast_runs",
-            "Runs by state.",
-            ["state"],
-            session.execute(sa.select(Run.state, sa.func.count()).group_by(Run.state)),
-        )
+        yield _gauge("nbcast_runs", "Runs by state.", ["state"], q.runs_by_state(session))
         yield _gauge(
             "nbcast_slots_materialized",
             "Scheduled slots materialized, by the state and reason of their run "
             "(SKIPPED and MISSED slots with why).",
             ["state", "reason"],
-            session.execute(
-                sa.select(Run.state, sa.func.coalesce(Run.reason, ""), sa.func.count())
-                .where(Run.slot_key.is_not(None))
-                .group_by(Run.state, Run.reason)
-            ),
+            q.slots_by_state_and_reason(session),
         )
-        queued = Run.state == RunState.QUEUED.value
-        depth = session.scalar(sa.select(sa.func.count()).where(queued)) or 0
-        family = GaugeMetricFamily("nbcast_queue_depth", "Runs waiting for a worker.")
-        family.add_metric([], float(depth))
-        yield family
+        yield _scalar(
+            "nbcast_queue_depth", "Runs waiting for a worker.", float(q.queue_depth(session))
+        )
         if self.per_tenant:
-            yield self._tenant_depth(session, Run, Tenant)
-        oldest = session.scalar(
-            sa.select(sa.func.min(Run.not_before)).where(queued, Run.not_before <= now)
-        )
-        family = GaugeMetricFamily(
+            yield tenant_queue_family(q.queue_by_tenant_and_state(session))
+        oldest = q.oldest_due_queued(session, now)
+        yield _scalar(
             "nbcast_queue_oldest_age_seconds",
             "How long the oldest due QUEUED run has waited (0: none waits).",
+            max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
         )
-        family.add_metric([], max((now - oldest).total_seconds(), 0.0) if oldest else 0.0)
-        yield family
 
         report = health(session, now)
-        family = GaugeMetricFamily(
-            "nbcast_scheduler_lag_seconds", "How long the oldest due slot has waited."
+        yield _scalar(
+            "nbcast_scheduler_lag_seconds",
+            "How long the oldest due slot has waited.",
+            report.scheduler_lag_s,
         )
-        family.add_metric([], report.scheduler_lag_s)
-        yield family
         alive = GaugeMetricFamily(
             "nbcast_services_alive", "Service processes alive, by kind.", labels=["kind"]
         )
@@ -216,65 +230,27 @@ class DatabaseCollector(Collector):
             "nbcast_run_attempts",
             "Run attempts by outcome (in_flight: not ended).",
             ["outcome"],
-            session.execute(
-                sa.select(
-                    sa.func.coalesce(RunAttempt.outcome, "in_flight"), sa.func.count()
-                ).group_by(RunAttempt.outcome)
-            ),
+            q.attempts_by_outcome(session),
         )
         yield _histogram(
-            session,
             "nbcast_run_duration_seconds",
             "How long finished run attempts took.",
-            RunAttempt.duration_s,
-            RunAttempt.ended_at.is_not(None),
+            q.attempt_durations(session, DURATION_BUCKETS),
         )
         yield _gauge(
             "nbcast_deliveries",
             "Deliveries (ledger rows) by channel and state.",
             ["channel", "state"],
-            session.execute(
-                sa.select(Delivery.channel, Delivery.state, sa.func.count()).group_by(
-                    Delivery.channel, Delivery.state
-                )
-            ),
+            q.deliveries_by_channel_and_state(session),
         )
         yield _histogram(
-            session,
             "nbcast_render_duration_seconds",
             "How long rendering a rendition took.",
-            Rendition.seconds,
-            Rendition.rendered_at.is_not(None),
+            q.render_durations(session, DURATION_BUCKETS),
         )
         opens = CounterMetricFamily("nbcast_link_opens", "Signed links opened.")
-        opens.add_metric([], float(session.scalar(sa.select(sa.func.count(LinkOpen.id))) or 0))
+        opens.add_metric([], float(q.link_opens_total(session)))
         yield opens
-
-    def _tenant_depth(self, session: Session, run: Any, tenant: Any) -> Metric:
-        from nbcast.executor.models import RunState
-
-        rows = session.execute(
-            sa.select(tenant.name, sa.func.count())
-            .select_from(run)
-            .join(tenant, tenant.id == run.tenant_id)
-            .where(run.state == RunState.QUEUED.value)
-            .group_by(tenant.name)
-            .order_by(sa.func.count().desc(), tenant.name)
-        ).all()
-        family = GaugeMetricFamily(
-            "nbcast_tenant_queue_depth",
-            f"Runs waiting for a worker, by tenant (the {MAX_TENANTS} deepest; the rest as other).",
-            labels=["tenant"],
-        )
-        rest = 0
-        for i, (name, count) in enumerate(rows):
-            if i < MAX_TENANTS:
-                family.add_metric([str(name)], float(count))
-            else:
-                rest += int(count)
-        if rest:
-            family.add_metric([OTHER], float(rest))
-        return family
 
 
 def metrics_registry(db: Database, clock: Clock, *, per_tenant: bool) -> CollectorRegistry:
