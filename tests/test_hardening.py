@@ -97,6 +97,24 @@ BAD_BLOCKS: dict[str, tuple[Any, str]] = {
         },
         "listed twice",
     ),
+    "same_webhook_other_case": (
+        {
+            "subscriptions": [
+                {"channel": "webhook", "to": "https://Hooks.Example.com/x"},
+                {"channel": "webhook", "to": "https://hooks.example.com/x"},
+            ]
+        },
+        "listed twice",
+    ),
+    "same_webhook_default_port": (
+        {
+            "subscriptions": [
+                {"channel": "webhook", "to": "HTTPS://hooks.example.com:443/x"},
+                {"channel": "webhook", "to": "https://hooks.example.com/x"},
+            ]
+        },
+        "listed twice",
+    ),
     "nul_in_description": ({"description": "a\x00b"}, "description: contains a NUL"),
     "nul_in_parameter_value": ({"parameters": {"region": "E\x00MEA"}}, "region"),
     "huge_int_parameter": ({"parameters": {"top_n": 10**30}}, "top_n"),
@@ -126,6 +144,34 @@ def test_bad_metadata_blocks_are_refused(
     before = counts(use_db)
     assert_refused(*run(capsys, "publish", str(path)), message)
     assert counts(use_db) == before
+
+
+@pytest.mark.parametrize(
+    ("spelling", "endpoint"),
+    [
+        ("https://Hooks.Example.com/x", "https://hooks.example.com/x"),
+        ("HTTPS://HOOKS.EXAMPLE.COM:443/x", "https://hooks.example.com/x"),
+        ("http://Hooks.Example.com:80/x", "http://hooks.example.com/x"),
+        ("https://hooks.example.com", "https://hooks.example.com/"),
+        ("https://hooks.example.com/x#part", "https://hooks.example.com/x"),
+        (
+            "https://Hooks.Example.com:8443/Path/X?Key=Val",
+            "https://hooks.example.com:8443/Path/X?Key=Val",
+        ),
+        ("https://hooks.example.com:80/x", "https://hooks.example.com:80/x"),
+        ("http://hooks.example.com:443/x", "http://hooks.example.com:443/x"),
+        ("https://[2001:DB8::1]:443/x", "https://[2001:db8::1]/x"),
+        ("hello", "hello"),
+        ("https://hooks.example.com:99999/x", "https://hooks.example.com:99999/x"),
+    ],
+)
+def test_webhook_recipients_compare_by_endpoint(spelling: str, endpoint: str) -> None:
+    """Scheme and host without case, no default port; path and query keep theirs;
+    what is no webhook URL stays as it is (publish refuses it anyway)."""
+    from nbcast.delivery.channels.webhook import WebhookChannel
+
+    assert WebhookChannel.normalize_recipient(spelling) == endpoint
+    assert WebhookChannel.normalize_recipient(endpoint) == endpoint
 
 
 def _raw_notebook(tmp_path: Path, document: str) -> Path:

@@ -86,6 +86,7 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpcore
 import httpx
@@ -128,6 +129,7 @@ MAX_TOTAL_TIMEOUT = 300.0
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
 _RECEIPT_HEADERS = ("content-type", "content-length", "x-request-id", "request-id")
 _HEADER_VALUE_LIMIT = 100
+_DEFAULT_PORTS = {"https": 443, "http": 80}
 _DRAIN_LIMIT = 64 * 1024
 """Bytes of a response body read (and dropped) so its connection can be reused."""
 _WRITE_CHUNK = 16 * 1024
@@ -345,6 +347,28 @@ class WebhookChannel(Channel):
         """An ``http(s)://`` URL with a host and no credentials
         (:func:`~nbcast.delivery.webhook_policy.webhook_url_problem`)."""
         return webhook_url_problem(to)
+
+    @classmethod
+    def normalize_recipient(cls, to: str) -> str:
+        """The endpoint ``to`` POSTs to, spelled one way: scheme and host lower-case
+        (they are case-insensitive, RFC 3986 §6.2.2.1), no default port (``:443`` for
+        https, ``:80`` for http), ``/`` for an empty path and no fragment (neither is
+        sent), path and query as given (they may be case-sensitive). So
+        ``https://Hooks.Example.com:443/x`` and ``https://hooks.example.com/x`` are one
+        recipient. What does not parse as a webhook URL is returned as it is."""
+        try:
+            parts = urlsplit(to)
+            port = parts.port
+        except ValueError:
+            return to
+        host = parts.hostname
+        if parts.scheme not in _DEFAULT_PORTS or not host or "@" in parts.netloc:
+            return to
+        if ":" in host:  # an IPv6 literal keeps its brackets
+            host = f"[{host}]"
+        if port is not None and port != _DEFAULT_PORTS[parts.scheme]:
+            host = f"{host}:{port}"
+        return urlunsplit((parts.scheme, host, parts.path or "/", parts.query, ""))
 
     @classmethod
     def check_recipient_here(cls, to: str, environ: Mapping[str, str]) -> str | None:
