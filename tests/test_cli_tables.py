@@ -104,5 +104,48 @@ def test_a_table_that_fits_stays_a_table(monkeypatch: pytest.MonkeyPatch) -> Non
     output.table("runs", ("id", "definition", "state", "kind", "fire at", "reason"), RUN_ROWS)
     lines = _lines(wide)
     assert not any(line.startswith("record ") for line in lines)
-    (row,) = [line for line in lines if line.startswith(" 1234567")]
+    (row,) = [line for line in lines if line.startswith("1234567")]
     assert row.split()[:5] == ["1234567", RUN_ROWS[0][1], "SKIPPED", "scheduled", "2026-11-01"]
+
+
+def _fold_preview_rows(with_parameters: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+    from datetime import UTC, datetime
+
+    from nbcast.scheduler.preview import preview, table_cells
+
+    rows: list[Any] = preview(
+        cron="30 1 * * *",
+        tz="America/New_York",
+        dst_fold="both",
+        range_from=datetime(2026, 10, 31, tzinfo=UTC),
+        range_to=datetime(2026, 11, 3, tzinfo=UTC),
+    )
+    if with_parameters:
+        for row in rows:
+            row["parameters"] = {"day": "2026-10-30", "region": "north-america-east"}
+    columns, cells = table_cells(rows)
+    return columns, cells, [row["status"] == "skipped" for row in rows]
+
+
+@pytest.mark.parametrize("with_parameters", [False, True], ids=["cron", "definition"])
+@pytest.mark.parametrize("width", [80, 60])
+def test_a_schedule_preview_never_breaks_a_key_time_or_title(
+    monkeypatch: pytest.MonkeyPatch, width: int, with_parameters: bool
+) -> None:
+    """The demo's preview across the New York fall-back, through the CLI's table: every
+    slot key, local time, fire time, status and column title stays on one line."""
+    recorded = Console(width=width, record=True, highlight=False, soft_wrap=False)
+    monkeypatch.setattr(output, "console", lambda: recorded)
+    columns, cells, dim = _fold_preview_rows(with_parameters)
+    output.table(None, columns, cells, wrap=["parameters"], dim=dim)
+    lines = _lines(recorded)
+    text = "\n".join(lines)
+    assert "…" not in text
+    assert all(len(line) <= width for line in lines)
+    for row in cells:
+        for value in row[:4]:
+            assert any(value in line for line in lines), f"{value!r} was broken across lines"
+    for title in columns:
+        assert any(title in line for line in lines), f"title {title!r} was broken"
+    if with_parameters:  # every parameter value is there, whole words
+        assert "north-america-east" in text

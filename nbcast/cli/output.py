@@ -48,35 +48,49 @@ def table(
     rows: Iterable[Sequence[Any]],
     *,
     wrap: Iterable[str] = (),
+    dim: Iterable[bool] = (),
 ) -> None:
-    """Print a table; columns named in ``wrap`` (and :data:`FREE_TEXT`) fold.
+    """Print a table; columns named in ``wrap`` (and :data:`FREE_TEXT`) fold, rows whose
+    flag in ``dim`` is true are dimmed (skipped slots, say).
 
-    When the kept-whole columns (plus a minimum for each folding one) do not fit the
-    console, each row is printed as a block of ``column  value`` lines instead (as
-    psql's ``\\x auto`` does), so nothing is cut, dropped or broken mid-value."""
+    A folding column is never narrower than its title (nor than its widest value, up to
+    :data:`MIN_FOLD_WIDTH`), so a title never breaks. When the kept-whole columns plus
+    those minimums do not fit the console, each row is printed as a block of ``column
+    value`` lines instead (as psql's ``\\x auto`` does), so nothing is cut, dropped or
+    broken mid-value."""
     from rich import box
     from rich.table import Table
 
     folding = FREE_TEXT | set(wrap)
     cells = [["" if v is None else str(v) for v in row] for row in rows]
+    dimmed = list(dim)
     out = console()
-    widths = [
-        MIN_FOLD_WIDTH
-        if column in folding
-        else max(max((len(row[index]) for row in cells), default=0), len(column))
-        for index, column in enumerate(columns)
-    ]
-    if cells and sum(widths) + len(widths) + 1 > out.width:
+    widths = []
+    for index, column in enumerate(columns):
+        widest = max((len(row[index]) for row in cells), default=0)
+        if column in folding:
+            widths.append(max(len(column), min(widest, MIN_FOLD_WIDTH)))
+        else:
+            widths.append(max(widest, len(column)))
+    # Between two columns: a rule character and one padding; nothing at the edges.
+    if cells and sum(widths) + 2 * (len(widths) - 1) > out.width:
         _records(out, title, columns, cells)
         return
-    grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    grid = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+        pad_edge=False,
+    )
     for column, width in zip(columns, widths, strict=True):
         if column in folding:
-            grid.add_column(column, overflow="fold")
+            grid.add_column(column, overflow="fold", min_width=width)
         else:  # kept whole: as wide as its widest value, so it is never cut or folded
             grid.add_column(column, no_wrap=True, min_width=width)
-    for row in cells:
-        grid.add_row(*row)
+    for index, row in enumerate(cells):
+        grid.add_row(*row, style="dim" if index < len(dimmed) and dimmed[index] else None)
     out.print(grid)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from nbcast.cli.app import DAY_OR_INSTANT, INSTANT, AppContext
-from nbcast.cli.output import console, emit_json
+from nbcast.cli.output import emit_json, table
 
 __all__: list[str] = []
 
@@ -78,11 +78,20 @@ def schedule_preview(
     as_json: bool,
 ) -> None:
     """List every slot whose fire instant lies in [--from, --to), in fire order."""
-    from nbcast.scheduler.preview import preview, preview_definition, render_table
+    from nbcast.scheduler.preview import preview, preview_definition
 
     if definition is not None:
-        if cron is not None or every is not None or start is not None:
-            raise click.UsageError("--definition previews a definition: no --cron/--every/--start")
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("cron", "every", "start", "zone", "dst_gap", "dst_fold")
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]
+        if given:  # the definition's own schedule and policies are what is previewed
+            raise click.UsageError(
+                "--definition previews the definition's own schedule: "
+                + ", ".join(g.replace("--zone", "--tz") for g in given)
+                + " cannot be given with it"
+            )
         from nbcast.definitions.parameters import schema_to_json
         from nbcast.definitions.queries import definition_row, get_version
 
@@ -100,7 +109,7 @@ def schedule_preview(
         if as_json:
             emit_json(rows)
         else:
-            console().print(render_table(rows, title=f"{definition} v{info.version}"))
+            _print_preview(rows, title=f"{definition} v{info.version}")
         return
 
     rows = preview(
@@ -116,7 +125,21 @@ def schedule_preview(
     if as_json:
         emit_json(rows)
         return
-    console().print(render_table(rows))
+    _print_preview(rows)
+
+
+def _print_preview(rows: list[Any], title: str | None = None) -> None:
+    """Preview rows as a table (skipped slots dimmed; parameters fold)."""
+    from nbcast.scheduler.preview import table_cells
+
+    columns, cells = table_cells(rows)
+    table(
+        title,
+        columns,
+        cells,
+        wrap=["parameters"],
+        dim=[row["status"] == "skipped" for row in rows],
+    )
 
 
 COMMANDS = [schedule]

@@ -1,7 +1,7 @@
 """``nbcast schedule preview``: the slots a schedule would produce in a UTC range.
 
-:func:`preview` returns JSON-ready rows (``--json``); :func:`render_table` turns them
-into a rich table for people. Every problem is a one-line
+:func:`preview` returns JSON-ready rows (``--json``); :func:`table_cells` turns them
+into the cells of a table for people. Every problem is a one-line
 :class:`~nbcast.errors.ScheduleError`, which the CLI prints and exits 2 on.
 
 Decisions where the spec is silent:
@@ -25,9 +25,6 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from rich import box
-from rich.table import Table
-
 from nbcast.definitions.spec import (
     DstFold,
     DstGap,
@@ -42,11 +39,12 @@ from nbcast.scheduler.zones import range_bound
 
 __all__ = [
     "MAX_PREVIEW_SLOTS",
+    "PREVIEW_COLUMNS",
     "PreviewRow",
     "preview",
     "preview_definition",
-    "render_table",
     "slot_row",
+    "table_cells",
 ]
 
 MAX_PREVIEW_SLOTS = 100_000
@@ -217,33 +215,23 @@ def _brief(iso: str | None) -> str:
     return iso[:16] + iso[19:] if iso[16:19] == ":00" else iso
 
 
-def render_table(rows: Iterable[Mapping[str, Any]], title: str | None = None) -> Table:
-    """A rich table of preview rows for people (skipped slots dimmed).
+PREVIEW_COLUMNS = ("slot", "local", "fire at (UTC)", "status", "reason")
+"""The columns of a preview for people (``parameters`` follows for a definition's)."""
 
-    Times drop zero seconds so a row fits 80 columns; keys, times and statuses are never
-    broken over lines (a column is as wide as its widest value) and reasons fold, so no
-    value is hidden behind an ellipsis. Rows of a definition's preview also show their
-    parameter values. ``--json`` has the full form.
-    """
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+
+def table_cells(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The columns and cells of a preview for people: times drop zero seconds, rows of a
+    definition's preview also show their parameter values (``--json`` has the full form).
+    The CLI prints them with :func:`nbcast.cli.output.table`, which keeps keys, times and
+    statuses whole at any width."""
     rows = list(rows)
-    for header, key in (
-        ("slot", "slot_key"),
-        ("local", "local"),
-        ("fire at (UTC)", "fire_at"),
-        ("status", "status"),
-    ):  # never broken over lines: as wide as the widest value
-        widest = max(
-            (len(_brief(row[key]) if key != "slot_key" else row[key] or "") for row in rows),
-            default=0,
-        )
-        table.add_column(header, no_wrap=True, min_width=max(widest, len(header)))
-    table.add_column("reason", overflow="fold")
+    columns = list(PREVIEW_COLUMNS)
     with_parameters = any("parameters" in row for row in rows)
     if with_parameters:
-        table.add_column("parameters", overflow="fold")
+        columns.append("parameters")
+    cells: list[list[str]] = []
     for row in rows:
-        cells = [
+        line = [
             row["slot_key"] or "",
             _brief(row["local"]),
             _brief(row["fire_at"]),
@@ -251,6 +239,6 @@ def render_table(rows: Iterable[Mapping[str, Any]], title: str | None = None) ->
             row["reason"] or "",
         ]
         if with_parameters:
-            cells.append(", ".join(f"{k}={v}" for k, v in (row.get("parameters") or {}).items()))
-        table.add_row(*cells, style="dim" if row["status"] == "skipped" else None)
-    return table
+            line.append(", ".join(f"{k}={v}" for k, v in (row.get("parameters") or {}).items()))
+        cells.append(line)
+    return columns, cells

@@ -8,12 +8,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from rich.console import Console
 
 import nbcast.scheduler.preview as preview_module
 from nbcast.definitions.spec import DstGap, ScheduleSpec
 from nbcast.errors import ScheduleError
-from nbcast.scheduler.preview import MAX_PREVIEW_SLOTS, preview, render_table
+from nbcast.scheduler.preview import MAX_PREVIEW_SLOTS, PREVIEW_COLUMNS, preview, table_cells
 from nbcast.scheduler.zones import day_start, range_bound
 
 
@@ -25,11 +24,12 @@ def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, *rest: 
 def test_public_api() -> None:
     assert sorted(preview_module.__all__) == [
         "MAX_PREVIEW_SLOTS",
+        "PREVIEW_COLUMNS",
         "PreviewRow",
         "preview",
         "preview_definition",
-        "render_table",
         "slot_row",
+        "table_cells",
     ]
     assert MAX_PREVIEW_SLOTS == 100_000
 
@@ -240,34 +240,28 @@ def test_too_many_slots_stops_early() -> None:
     assert datetime.now(UTC) - began < timedelta(seconds=5)
 
 
-def test_render_table() -> None:
+def test_table_cells() -> None:
     rows = preview(
         cron="*/15 2 * * *",
         tz="America/New_York",
         range_from=utc(2026, 3, 8),
         range_to=utc(2026, 3, 9),
     )
-    table = render_table(rows, title="preview")
-    assert table.row_count == 4
-    assert [column.header for column in table.columns] == [
-        "slot",
-        "local",
-        "fire at (UTC)",
-        "status",
-        "reason",
-    ]
-    console = Console(width=80, record=True)
-    console.print(table)
-    lines = console.export_text().splitlines()
-    assert "…" not in "".join(lines)
-    (row,) = [line for line in lines if line.startswith("2026-03-08T02:15")]
-    assert row.split() == [
+    columns, cells = table_cells(rows)
+    assert columns == list(PREVIEW_COLUMNS)
+    assert len(cells) == 4
+    assert cells[1] == [
         "2026-03-08T02:15",
         "2026-03-08T03:00-04:00",
         "2026-03-08T07:00Z",
         "skipped",
         "dst_gap",
     ]
+    for row in rows:
+        row["parameters"] = {"day": "2026-03-07", "region": "EMEA"}
+    columns, cells = table_cells(rows)
+    assert columns[-1] == "parameters"
+    assert cells[0][-1] == "day=2026-03-07, region=EMEA"
 
 
 def test_a_bare_date_is_the_start_of_that_day_in_the_schedules_zone() -> None:
