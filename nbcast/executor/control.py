@@ -29,7 +29,7 @@ from nbcast.access import Caller
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
 from nbcast.errors import RunFinishedError, UnknownRunError
-from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunState
+from nbcast.executor.models import ACTIVE_STATES, CancelReason, CancelRequest, Run, RunState
 from nbcast.governance.tenants import get_tenant
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
     "run_not_found",
 ]
 
-CANCEL_REASON = "cancel"
+CANCEL_REASON = CancelReason.cancel
 """The ``reason`` of a request made by a person (the scheduler's says ``replaced``)."""
 
 MAX_RUN_ID = 2**63 - 1

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "FINISHED_STATES",
     "LEASED_STATES",
+    "CancelReason",
     "CancelRequest",
     "Outcome",
     "Run",
@@ -75,7 +76,7 @@ class RunReason(StrEnum):
     """Why the executor put a run where it is (the ``runs.reason`` column).
 
     The scheduler writes its own reasons on the runs it records without running
-    (:class:`nbcast.scheduler.policies.Reason`); these are the executor's.
+    (:class:`nbcast.scheduler.compiler.SlotReason`); these are the executor's.
     """
 
     retry = "retry"
@@ -219,6 +220,15 @@ class Run(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
 
 
+class CancelReason(StrEnum):
+    """Who asked for a cancel (the ``reason`` of a :class:`CancelRequest`)."""
+
+    cancel = "cancel"
+    """A person (``nbcast cancel``, the API, the status page)."""
+    replaced = "replaced"
+    """The scheduler, for a newer slot under the ``replace`` overlap policy."""
+
+
 class CancelRequest(Base):
     """A request to cancel a run — from a person (:func:`nbcast.executor.control.cancel_run`)
     or another plane (the ``replace`` overlap policy). The only way a run is cancelled:
@@ -231,6 +241,7 @@ class CancelRequest(Base):
     tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), index=True)
     run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), index=True)
     reason: Mapped[str] = mapped_column(sa.String(32))
+    """A :class:`CancelReason`."""
     requested_by: Mapped[str] = mapped_column(sa.String(128))
     requested_at: Mapped[datetime] = mapped_column(default=utcnow)
 

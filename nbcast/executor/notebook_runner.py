@@ -49,7 +49,7 @@ Design decisions:
   ``nbcast`` engine's notebook client, which counts each cell's output as it arrives;
   past a limit the kernel is killed at once, the rest is dropped unread, and
   :func:`execute_notebook` raises
-  :class:`~nbcast.executor.output_limits.OutputTooLargeError`.
+  :class:`~nbcast.errors.OutputTooLargeError`.
 - **Errors.** A failing cell becomes :class:`~nbcast.errors.NotebookExecutionError`
   with papermill's fields; ``cell_index`` is papermill's, i.e. the index in the
   executed notebook (after the injected-parameters cell, before papermill's error
@@ -116,7 +116,7 @@ from nbcast.executor.output_limits import (
     SocketWatch,
 )
 from nbcast.executor.storable import without_surrogates
-from nbcast.executor.watchdog import RunWatchdog
+from nbcast.executor.watchdog import RunWatchdog, StopReason
 
 __all__ = [
     "ENGINE_NAME",
@@ -160,7 +160,7 @@ class _OutputGuard:
     @property
     def dropping(self) -> bool:
         """Whether output is past its limit: later messages are dropped unread."""
-        return self.overflowed or self.watchdog.reason == "output"
+        return self.overflowed or self.watchdog.reason is StopReason.output
 
     def watch(self, client: Any) -> None:
         """Watch the client's IOPub and shell sockets for oversized messages."""
@@ -170,7 +170,7 @@ class _OutputGuard:
     def overflow(self, why: str, cell_index: int) -> None:
         """Too much output: stop the kernel now."""
         self.overflowed = True
-        self.watchdog.fire("output", why, cell_index)
+        self.watchdog.fire(StopReason.output, why, cell_index)
 
     def close(self) -> None:
         """Before the client's sockets close (they drop when the kernel stops)."""
@@ -441,7 +441,7 @@ def execute_notebook(
     Raises :class:`~nbcast.errors.NotebookExecutionError` when a cell raises (the output
     notebook is written first, by papermill), :class:`~nbcast.errors.RunTimeoutError`,
     :class:`~nbcast.errors.RunCancelledError`,
-    :class:`~nbcast.executor.output_limits.OutputTooLargeError` (the notebook as far
+    :class:`~nbcast.errors.OutputTooLargeError` (the notebook as far
     as it was kept is written), or :class:`~nbcast.errors.ExecutionError` when
     ``setup_code`` fails.
     """
@@ -512,11 +512,11 @@ def execute_notebook(
                 for kernel in pooled:
                     kernel.kill()
 
-    if watchdog.reason == "timeout":
+    if watchdog.reason is StopReason.timeout:
         raise RunTimeoutError(f"the run exceeded its time limit of {timeout_s}s") from failure
-    if watchdog.reason == "cancel":
+    if watchdog.reason is StopReason.cancel:
         raise RunCancelledError("the run was cancelled") from failure
-    if watchdog.reason == "output":
+    if watchdog.reason is StopReason.output:
         raise OutputTooLargeError(
             f"{watchdog.detail or 'too much output'} (at most {guard.limits.cell_bytes:,} "
             f"bytes per cell and {guard.limits.run_bytes:,} per run)",

@@ -9,7 +9,7 @@ A thread per run (:class:`RunWatchdog`) checks every 50 ms:
   :data:`INTERRUPT_GRACE_S` (read when it fires, so tests can shorten it), then
   SIGKILLs the kernel's process group if the run has not ended.
 - **Too much output.** The notebook client counts output as it arrives and calls
-  :meth:`RunWatchdog.fire` with ``"output"`` past a limit
+  :meth:`RunWatchdog.fire` with :attr:`StopReason.output` past a limit
   (:mod:`nbcast.executor.output_limits`): the kernel is killed at once, since a flood
   would go on through an interrupt's grace. A message too large to be accepted at
   all shows as a dropped client socket (:class:`~nbcast.executor.output_limits.
@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import threading
 import time
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nbcast.executor.kernels import KernelProcess
     from nbcast.executor.output_limits import SocketWatch
 
-__all__ = ["DROP_GRACE_S", "INTERRUPT_GRACE_S", "RunWatchdog"]
+__all__ = ["DROP_GRACE_S", "INTERRUPT_GRACE_S", "RunWatchdog", "StopReason"]
 
 INTERRUPT_GRACE_S = 2.0
 """Seconds between the watchdog's interrupt and its kill."""
@@ -42,6 +43,17 @@ DROP_GRACE_S = 3.0
 oversized message."""
 
 _WATCH_INTERVAL_S = 0.05
+
+
+class StopReason(StrEnum):
+    """Why the watchdog stopped a run."""
+
+    timeout = "timeout"
+    """The run's time limit passed."""
+    cancel = "cancel"
+    """The run's cancel event was set."""
+    output = "output"
+    """The kernel sent more output than the run's limits allow."""
 
 
 def _interrupt_grace() -> float:
@@ -61,8 +73,8 @@ class RunWatchdog:
         self._drops = 0
         self._sockets_lock = threading.Lock()
         self._finished = threading.Event()
-        self.reason: str | None = None
-        """``timeout``, ``cancel`` or ``output`` once fired."""
+        self.reason: StopReason | None = None
+        """Set once fired."""
         self.detail: str | None = None
         """Why, for ``output``."""
         self.cell_index: int | None = None
@@ -89,7 +101,9 @@ class RunWatchdog:
         still lives counts now, without waiting for its grace."""
         self._check_sockets(final=True)
 
-    def fire(self, reason: str, detail: str | None = None, cell_index: int | None = None) -> None:
+    def fire(
+        self, reason: StopReason, detail: str | None = None, cell_index: int | None = None
+    ) -> None:
         """Stop the run for ``reason`` now: kill the kernel (first reason wins)."""
         with self._lock:
             if self.reason is None:
@@ -106,11 +120,11 @@ class RunWatchdog:
         with self._lock:
             return self._process
 
-    def _due(self) -> str | None:
+    def _due(self) -> StopReason | None:
         if self._cancel is not None and self._cancel.is_set():
-            return "cancel"
+            return StopReason.cancel
         if self._deadline is not None and time.monotonic() >= self._deadline:
-            return "timeout"
+            return StopReason.timeout
         return None
 
     def _check_sockets(self, *, final: bool) -> None:
@@ -131,7 +145,7 @@ class RunWatchdog:
             waited = time.monotonic() - self._dropped_at
             if not final and self._drops < 2 and waited < DROP_GRACE_S:
                 return
-        self.fire("output", "the kernel sent a message larger than the run's output limit")
+        self.fire(StopReason.output, "the kernel sent a message larger than the run's output limit")
 
     def _watch(self) -> None:
         while (reason := self._due()) is None:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller
 from nbcast.definitions.queries import DefinitionRecord, list_definitions
 from nbcast.delivery.queries import DeliveryRecord, list_deliveries
+from nbcast.executor.models import ACTIVE_STATES
 from nbcast.executor.records import RunRecord
 from nbcast.governance.health import Health, health
 from nbcast.governance.models import Tenant
@@ -39,8 +40,6 @@ WINDOW = timedelta(hours=24)
 
 MAX_OVERVIEW_ITEMS = 500
 """The most definitions, runs or failed deliveries one overview lists."""
-
-_ACTIVE = ("QUEUED", "LEASED", "RUNNING")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +75,7 @@ class Overview:
     def active(self) -> bool:
         """Whether something of the tenant is queued or running (the page refreshes)."""
         return bool(self.queue.queued or self.queue.running) or any(
-            r.state in _ACTIVE for r in self.recent_runs
+            r.state in ACTIVE_STATES for r in self.recent_runs
         )
 
 
@@ -106,7 +105,7 @@ def overview(
     active = dict(
         session.execute(
             sa.select(Run.state, sa.func.count())
-            .where(Run.tenant_id == tenant.id, Run.state.in_(_ACTIVE))
+            .where(Run.tenant_id == tenant.id, Run.state.in_([s.value for s in ACTIVE_STATES]))
             .group_by(Run.state)
         ).all()
     )

@@ -72,6 +72,7 @@ __all__ = [
     "CronSchedule",
     "IntervalSchedule",
     "Slot",
+    "SlotReason",
     "SlotStatus",
     "compile_schedule",
     "load_zone",
@@ -95,6 +96,23 @@ class SlotStatus(StrEnum):
     """The slot fires: the scheduler queues a run at ``fire_at``."""
     skipped = "skipped"
     """The slot is recorded SKIPPED with its ``reason`` (``dst_gap``)."""
+
+
+class SlotReason(StrEnum):
+    """Why a slot is recorded without running (the ``reason`` of a SKIPPED or MISSED row)."""
+
+    dst_gap = "dst_gap"
+    """The wall time does not exist (spring forward) and the gap policy skips it."""
+    misfire = "misfire"
+    """Materialized past fire time + grace under misfire policy ``skip``."""
+    superseded = "superseded"
+    """Missed, and a newer due slot runs instead (``run_latest``)."""
+    catchup_cap = "catchup_cap"
+    """Missed beyond ``max_catchup`` (``run_all``)."""
+    overlap = "overlap"
+    """An earlier run of the definition was still queued or running."""
+    paused = "paused"
+    """It fell while the definition was paused (recorded on resume)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +413,7 @@ class CronSchedule(CompiledSchedule):
 
     def _slot(self, key: str, wall: datetime, fire: int, status: SlotStatus) -> Slot:
         # Only gap slots are ever skipped; a shifted gap slot fires, so it has no reason.
-        reason = "dst_gap" if status is SlotStatus.skipped else None
+        reason = SlotReason.dst_gap if status is SlotStatus.skipped else None
         return Slot(key, wall, datetime.fromtimestamp(fire, self.zone), _utc(fire), status, reason)
 
     def _own_slot_at(self, end: int) -> bool:

@@ -57,7 +57,7 @@ from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.executor.models import ACTIVE_STATES, CancelRequest, Run, RunKind
+from nbcast.executor.models import ACTIVE_STATES, CancelReason, CancelRequest, Run, RunKind
 from nbcast.faults import crash_point
 from nbcast.limits import MAX_SLOTS_PER_PASS
 from nbcast.scheduler.models import ScheduleState
@@ -464,7 +464,7 @@ class Materializer:
                 CancelRequest(
                     tenant_id=tenant_id,
                     run_id=run_id,
-                    reason="replaced",
+                    reason=CancelReason.replaced,
                     requested_by=self.name,
                     requested_at=now,
                 )

@@ -40,30 +40,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
 from nbcast.executor.models import RunState
-from nbcast.scheduler.compiler import Slot, SlotStatus
+from nbcast.scheduler.compiler import Slot, SlotReason, SlotStatus
 
 __all__ = ["ActiveRuns", "Decision", "SlotReason", "decide"]
-
-
-class SlotReason(StrEnum):
-    """Why a slot is recorded without running (the ``reason`` of a SKIPPED or MISSED row)."""
-
-    dst_gap = "dst_gap"
-    """The wall time does not exist (spring forward) and the gap policy skips it."""
-    misfire = "misfire"
-    """Materialized past fire time + grace under misfire policy ``skip``."""
-    superseded = "superseded"
-    """Missed, and a newer due slot runs instead (``run_latest``)."""
-    catchup_cap = "catchup_cap"
-    """Missed beyond ``max_catchup`` (``run_all``)."""
-    overlap = "overlap"
-    """An earlier run of the definition was still queued or running."""
-    paused = "paused"
-    """It fell while the definition was paused (recorded on resume)."""
 
 
 @dataclass(frozen=True, slots=True)

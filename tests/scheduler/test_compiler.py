@@ -36,6 +36,7 @@ def test_public_api() -> None:
         "CronSchedule",
         "IntervalSchedule",
         "Slot",
+        "SlotReason",
         "SlotStatus",
         "compile_schedule",
         "load_zone",
