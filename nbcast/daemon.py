@@ -35,6 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -44,18 +45,33 @@ from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
 from nbcast.governance.models import ServiceHeartbeat
 
-__all__ = ["Service", "ServiceState", "Step", "Supervisor", "service_name"]
+__all__ = [
+    "DEFAULT_HEARTBEAT_S",
+    "Service",
+    "ServiceState",
+    "Step",
+    "Supervisor",
+    "service_name",
+]
 
 log = logging.getLogger("nbcast.daemon")
 
 
-class ServiceState:
+DEFAULT_HEARTBEAT_S = 5.0
+"""Seconds between two heartbeats of a service, unless ``NBCAST_HEARTBEAT_SECONDS``
+says otherwise. Each row records its own interval (``detail.heartbeat_every_s``), so
+whoever reads it (:mod:`nbcast.governance.health`) knows when it is overdue."""
+
+
+class ServiceState(StrEnum):
     """The ``state`` of a heartbeat row."""
 
     running = "running"
+    """Working."""
     stopping = "stopping"
     """A first signal arrived: finishing what is under way."""
     stopped = "stopped"
+    """Ended (the row stays: the status page shows when)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +138,7 @@ class Supervisor:
         clock: Clock,
         service: Service,
         *,
-        heartbeat_every: float = 5.0,
+        heartbeat_every: float = DEFAULT_HEARTBEAT_S,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -212,24 +228,24 @@ class Supervisor:
             "iterations": self.iterations,
         }
 
-    def _state(self) -> str:
+    def _state(self) -> ServiceState:
         return ServiceState.stopping if self.service.stopping else ServiceState.running
 
     # -- heartbeats ----------------------------------------------------------------
 
-    def _beat(self, state: str, *, started: bool = False) -> None:
+    def _beat(self, state: ServiceState, *, started: bool = False) -> None:
         self._next_beat = time.monotonic() + self.heartbeat_every
         now = self.clock.now()
         values: dict[str, Any] = {
             "host": socket.gethostname()[:255],
             "pid": os.getpid(),
             "version": _version(),
-            "state": state,
+            "state": state.value,
             "beat_at": now,
             "iterations": self.iterations,
             "errors": self.errors,
             "last_error": self.last_error,
-            "detail": dict(self._detail),
+            "detail": {**self._detail, "heartbeat_every_s": self.heartbeat_every},
         }
         if started:
             values.update(started_at=now, stopped_at=None)

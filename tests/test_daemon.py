@@ -76,7 +76,7 @@ def test_failed_iterations_are_logged_and_the_loop_goes_on(
     assert (row.kind, row.name, row.state) == ("test", "flaky", "stopped")
     assert (row.iterations, row.errors) == (9, 3)
     assert row.last_error == "RuntimeError: iteration 9"
-    assert row.detail == {"seen": 9}
+    assert row.detail == {"seen": 9, "heartbeat_every_s": 0}
     assert row.pid == os.getpid()
     assert row.stopped_at == clock.now()
     # The supervisor slept on the service's clock between the idle steps.
@@ -106,6 +106,37 @@ def test_a_heartbeat_the_database_refuses_does_not_stop_the_service(
     Supervisor(db, FixedClock(T0), service, heartbeat_every=0).run()
     assert service.seen == 4
     assert any("heartbeat of test flaky failed" in r.message for r in caplog.records)
+    db.dispose()
+
+
+@pytest.mark.parametrize(
+    ("every", "silent_s", "alive"),
+    [
+        (5.0, 29, True),  # the floor: a few default beats
+        (5.0, 31, False),
+        (600.0, 1_700, True),  # a service told to beat every 10 minutes is not dead at 28
+        (600.0, 1_801, False),  # ... but is after three silent intervals
+    ],
+    ids=["default-alive", "default-silent", "slow-beats-alive", "slow-beats-silent"],
+)
+def test_a_service_is_alive_for_three_of_its_own_heartbeat_intervals(
+    tmp_path: Path, every: float, silent_s: int, alive: bool
+) -> None:
+    """Health reads each row's own interval, so NBCAST_HEARTBEAT_SECONDS above the 30 s
+    floor does not make a live service look dead."""
+    from datetime import timedelta
+
+    from nbcast.governance.health import health
+
+    db = Database.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    service = Flaky(limit=1)
+    Supervisor(db, FixedClock(T0), service, heartbeat_every=every).run()
+    with db.engine.begin() as conn:  # as if it still ran, its last beat at T0
+        conn.execute(sa.update(ServiceHeartbeat).values(state="running"))
+    with db.session() as session:
+        (record,) = health(session, T0 + timedelta(seconds=silent_s)).services
+    assert record.detail["heartbeat_every_s"] == every
+    assert record.alive is alive
     db.dispose()
 
 

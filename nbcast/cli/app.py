@@ -144,14 +144,14 @@ def configure_logging() -> None:
 def supervise(app: AppContext, service: Any) -> None:
     """Run ``service`` (a :class:`~nbcast.daemon.Service`) under a supervisor with
     signal handlers; ``NBCAST_HEARTBEAT_SECONDS`` (0.1 to 3,600, default 5) sets how
-    often its heartbeat row is written."""
+    often its heartbeat row is written (default :data:`~nbcast.daemon.DEFAULT_HEARTBEAT_S`)."""
     import math
     import os
 
-    from nbcast.daemon import Supervisor
+    from nbcast.daemon import DEFAULT_HEARTBEAT_S, Supervisor
 
     configure_logging()
-    text = os.environ.get("NBCAST_HEARTBEAT_SECONDS", "").strip() or "5"
+    text = os.environ.get("NBCAST_HEARTBEAT_SECONDS", "").strip() or str(DEFAULT_HEARTBEAT_S)
     try:
         every = float(text)
     except ValueError:

@@ -2,10 +2,11 @@
 
 Every service process keeps a heartbeat row (:mod:`nbcast.daemon`). A row is
 **alive** when its state is not ``stopped`` and its last beat is at most
-:data:`STALE_AFTER` old — a few heartbeats (default every 5 s) — otherwise the
-process stopped or died. The **scheduler lag** is how long the oldest due slot has
-waited to be materialized: zero when the scheduler keeps up. Service rows belong to
-the installation, not to a tenant: they name hosts and processes, never a report.
+:func:`stale_after` old — three of its heartbeat intervals (which the row records),
+never less than :data:`STALE_AFTER` — otherwise the process stopped or died. The
+**scheduler lag** is how long the oldest due slot has waited to be materialized: zero
+when the scheduler keeps up. Service rows belong to the installation, not to a
+tenant: they name hosts and processes, never a report.
 """
 
 from __future__ import annotations
@@ -18,12 +19,27 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.clock import format_instant
+from nbcast.daemon import ServiceState
 from nbcast.governance.models import ServiceHeartbeat
 
-__all__ = ["STALE_AFTER", "Health", "ServiceRecord", "health"]
+__all__ = ["STALE_AFTER", "Health", "ServiceRecord", "health", "stale_after"]
 
 STALE_AFTER = timedelta(seconds=30)
-"""A heartbeat older than this belongs to a process that is gone."""
+"""The least age at which a heartbeat belongs to a process that is gone."""
+
+BEATS_MISSED = 3
+"""Heartbeat intervals a live service may stay silent (a long iteration, say)."""
+
+
+def stale_after(detail: dict[str, Any] | None) -> timedelta:
+    """How old a row's last beat may be while its process still counts as alive: three
+    of the intervals the row records (``detail.heartbeat_every_s``, bounded to an hour),
+    at least :data:`STALE_AFTER`."""
+    every = (detail or {}).get("heartbeat_every_s")
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every <= 3600:
+        return STALE_AFTER
+    return max(STALE_AFTER, timedelta(seconds=BEATS_MISSED * every))
+
 
 MAX_SERVICES = 500
 """Heartbeat rows listed at most (newest beats first)."""
@@ -112,7 +128,8 @@ def health(session: Session, now: datetime) -> Health:
             pid=row.pid,
             version=row.version,
             state=row.state,
-            alive=row.state != "stopped" and now - row.beat_at <= STALE_AFTER,
+            alive=row.state != ServiceState.stopped
+            and now - row.beat_at <= stale_after(row.detail),
             started_at=row.started_at,
             beat_at=row.beat_at,
             lag_s=max((now - row.beat_at).total_seconds(), 0.0),
