@@ -168,9 +168,17 @@ class Database:
             raise StorageError(f"cannot open database {_safe(url)}: {exc.strerror}") from None
         try:
             current = db.current_revision()
-            db._check_ours(current)
-            if upgrade and current != db.head_revision():
-                db.upgrade()
+            if current == db.head_revision():
+                db._check_ours(current)
+            else:
+                # Checked again under the migration lock: another process may be half
+                # way through creating the schema (SQLite runs DDL outside the
+                # transaction), which looks like tables without nbcast's revision.
+                with db._migration_lock():
+                    current = db.current_revision()
+                    db._check_ours(current)
+                    if upgrade and current != db.head_revision():
+                        db._apply_migrations("head")
         except StorageError:
             db.dispose()
             raise
@@ -265,11 +273,16 @@ class Database:
 
     def upgrade(self, revision: str = "head") -> None:
         """Apply migrations up to ``revision``, once even under concurrent callers."""
+        with self._migration_lock():
+            self._apply_migrations(revision)
+
+    def _apply_migrations(self, revision: str) -> None:
+        """Apply migrations up to ``revision`` (the caller holds the migration lock)."""
         from alembic import command
 
         config = self._alembic_config()
         try:
-            with self._migration_lock(), self.engine.begin() as conn:
+            with self.engine.begin() as conn:
                 config.attributes["connection"] = conn
                 command.upgrade(config, revision)
         except (sa.exc.DBAPIError, OSError) as exc:
