@@ -169,5 +169,11 @@ def _inherits(handler: type, method: str) -> bool:
 
 
 def tornado_handlers(routes: Sequence[Route]) -> list[tuple[str, type]]:
-    """The URL table entries of ``routes`` (the extension prefixes the base URL)."""
-    return [(r.pattern, r.handler) for r in routes]
+    """The URL table entries of ``routes`` (the extension prefixes the base URL), the
+    most specific first: tornado takes the first pattern that matches, and two
+    templates that match one URL have as many segments, so the one with fewer
+    ``{name}`` parameters has a literal where the other has a parameter
+    (``/nbcast/runs/{run_id}/notebook.html`` before ``/nbcast/runs/{run_id}/{action}``),
+    whichever module registered its route first."""
+    ordered = sorted(routes, key=lambda r: r.path.count("{"))
+    return [(r.pattern, r.handler) for r in ordered]

@@ -4,6 +4,7 @@ the OpenAPI document and every one of them is behind jupyter-server's authorizat
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nbcast.server_extension.routes import check_registry, registered
+from nbcast.server_extension.routes import check_registry, registered, tornado_handlers
 from tests.server.live import TOKEN, LiveServer
 
 BIN = Path(sys.executable).parent
@@ -24,6 +25,19 @@ def test_the_registry_has_no_undocumented_or_missing_methods() -> None:
         "/nbcast/api/v1/health",
         "/nbcast/api/v1/openapi.json",
     }
+
+
+def test_each_route_is_the_first_match_for_its_own_urls() -> None:
+    """Tornado takes the first pattern that matches: a generic route
+    (``/nbcast/runs/{run_id}/{action}``) must not shadow a specific one
+    (``…/notebook.html``), whatever order the handler modules load in."""
+    routes = registered()
+    for order in (routes, list(reversed(routes))):
+        table = tornado_handlers(order)
+        for r in routes:
+            url = re.sub(r"\{\w+\}", "1", r.path)
+            first = next(handler for pattern, handler in table if re.fullmatch(pattern, url))
+            assert first is r.handler, (url, first.__name__, r.handler.__name__)
 
 
 def test_installing_enables_the_extension_for_jupyter_server() -> None:

@@ -28,7 +28,7 @@ from tornado import web
 
 from nbcast.access import Caller
 from nbcast.errors import NbcastError, NotFoundError
-from nbcast.server_extension.handlers.pages import PageHandler
+from nbcast.server_extension.handlers.page_handler import PageHandler
 from nbcast.server_extension.routes import Operation, route
 
 __all__ = ["DefinitionAction", "RunAction"]

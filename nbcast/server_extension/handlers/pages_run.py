@@ -1,0 +1,158 @@
+"""The status UI's run pages: ``/nbcast/runs/{run_id}`` and the executed notebook
+it frames (``/nbcast/runs/{run_id}/notebook.html``).
+
+The run page shows everything about one run of the caller's tenant: its context and
+parameters, its attempts (failing cell, line and traceback), the executed notebook
+rendered in a sandboxed ``<iframe>`` (:class:`RunNotebookView`), its renditions, the
+per-recipient delivery ledger, its signed links and every opening of them. Another
+tenant's run is a 404 page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from nbcast.server_extension.errors import ApiError, status_of
+from nbcast.server_extension.handlers.page_handler import (
+    ACTIVE_DELIVERY,
+    ACTIVE_RUN,
+    MAX_FLASH,
+    PageHandler,
+    page_route,
+)
+
+__all__ = ["NOTEBOOK_VIEW_CSP", "RunNotebookView", "RunPage"]
+
+
+@page_route("/nbcast/runs/{run_id}", "One run of the caller's tenant")
+class RunPage(PageHandler):
+    """``/nbcast/runs/{run_id}``: everything about one run."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """The run's page."""
+        caller = self.caller
+        number = self.run_id(run_id)
+        data = await self.call(self._read, caller, number)
+        run = data["run"]
+        self.render_page(
+            "run.html",
+            title=f"Run {run.id}",
+            active=run.state in ACTIVE_RUN
+            or any(d.state.value in ACTIVE_DELIVERY for d in run.deliveries)
+            or any(r.state.value == "PENDING" for r in run.renditions),
+            **data,
+        )
+
+    def _read(self, caller: Any, run_id: int) -> dict[str, Any]:
+        from nbcast.delivery.queries import list_links
+        from nbcast.errors import UnknownRunError
+        from nbcast.executor.artifacts_of_run import attempt_tracebacks
+        from nbcast.executor.queries import get_run
+        from nbcast.governance.overview import tenant_known
+
+        with self.state.db.session() as session:
+            if not tenant_known(session, caller):
+                raise UnknownRunError(f"no run {run_id}")
+            run = get_run(session, caller, run_id, artifacts=self.state.store)
+            links = list_links(session, caller, run_id=run_id, limit=100).items
+        return {
+            "run": run,
+            "links": links,
+            "tracebacks": attempt_tracebacks(self.state.store, run),
+            "failed_deliveries": sum(1 for d in run.deliveries if d.state.value == "FAILED"),
+            "finished": run.state not in ACTIVE_RUN,
+        }
+
+
+NOTEBOOK_VIEW_CSP = (
+    "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "font-src data:; frame-ancestors 'self'"
+)
+"""The rendered notebook's policy: a notebook's HTML is its author's (hostile, as far
+as this origin is concerned), so it is a sandbox without scripts, fetching nothing
+but its own inline styles and data: images, framed only by nbcast's own pages."""
+
+
+@page_route("/nbcast/runs/{run_id}/notebook.html", "A run's executed notebook as HTML")
+class RunNotebookView(PageHandler):
+    """The run's executed notebook (the run's, or a failed run's latest attempt's:
+    :func:`~nbcast.executor.artifacts_of_run.run_notebook`) rendered by the ``html``
+    renderer with its code and stderr shown — script-free and sanitised — and served
+    under :data:`NOTEBOOK_VIEW_CSP`. Notebooks over
+    :data:`~nbcast.executor.artifacts_of_run.MAX_VIEW_BYTES` are refused (422) with a
+    line saying so; errors are one line of plain text (the page is shown in an
+    ``<iframe>`` whose policy loads no stylesheet)."""
+
+    @property
+    def content_security_policy(self) -> str:
+        """:data:`NOTEBOOK_VIEW_CSP`, on every answer of this route (errors too)."""
+        return NOTEBOOK_VIEW_CSP
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """The rendered notebook."""
+        caller = self.caller
+        number = self.run_id(run_id)
+        html = await self.call(self._render, caller, number)
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.finish(html)
+
+    def _render(self, caller: Any, run_id: int) -> bytes:
+        from nbcast.delivery.renderers.html import HtmlRenderer
+        from nbcast.delivery.report import ReportInfo
+        from nbcast.errors import RenderError, UnknownRunError
+        from nbcast.executor.artifacts_of_run import NotebookUnavailable, run_notebook
+        from nbcast.governance.overview import tenant_known
+
+        with self.state.db.session() as session:
+            if not tenant_known(session, caller):
+                raise UnknownRunError(f"no run {run_id}")
+            try:
+                detail, data = run_notebook(session, caller, run_id, self.state.store)
+            except NotebookUnavailable as exc:
+                status = 422 if exc.status == 413 else 404
+                suffix = ": download the .ipynb instead" if status == 422 else ""
+                raise ApiError(status, f"{exc}{suffix}") from None
+        import nbformat
+
+        try:  # as the delivery worker reads it (multi-line strings joined)
+            notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
+        except Exception:  # nbformat raises whatever its JSON and validation raise
+            raise ApiError(
+                422, f"the executed notebook of run {run_id} is not a notebook (not JSON)"
+            ) from None
+        report = ReportInfo(
+            tenant=detail.tenant,
+            definition=detail.definition,
+            version=detail.version,
+            run_id=detail.id,
+            slot_key=detail.slot_key,
+            fire_at=detail.fire_at,
+            finished_at=detail.finished_at or self.state.clock.now(),
+        )
+        try:
+            return HtmlRenderer(include_input=True, include_stderr=True).render(notebook, report)
+        except RenderError as exc:
+            raise ApiError(422, str(exc)) from None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """One line of plain text (the module's error pages need a stylesheet that
+        this route's policy does not load)."""
+        exc_info = kwargs.get("exc_info")
+        if exc_info and exc_info[1] is not None:
+            status, _code, message, _field = status_of(exc_info[1])
+        else:
+            status, message = status_code, self._reason
+        text = " ".join(str(message).split())[:MAX_FLASH]
+        self.set_status(status)
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(f"{status}: {text}\n")
