@@ -25,7 +25,8 @@ from tests.conftest import REPO, scratch_pg_database
 
 EXAMPLE_LAKE = REPO / "notebooks" / "examples" / "lake"
 # About 10^10 rows to sum: tens of seconds on any machine, so only the cap can end it.
-SLOW_DUCKDB_SQL = "select sum(a.i * b.i) from range(100000) a(i), range(100000) b(i)"
+SLOW_DUCKDB_SQL = "select sum(a.i * b.i) from range(10000000) a(i), range(10000000) b(i)"
+"""10^14 products: hours of work, so only an interruption ends it within a test's timeout."""
 
 
 @pytest.fixture(autouse=True)
@@ -177,13 +178,12 @@ def test_row_cap_is_enforced_and_recorded(lake: Path, tmp_path: Path) -> None:
     assert 10 < failed["rows"] <= 10 + 2048  # at most one DuckDB vector past the cap
 
 
+@pytest.mark.timeout(60)
 def test_row_cap_streams_a_huge_result_without_loading_it(lake: Path) -> None:
     warehouse.configure(context(lake, limits={"max_rows": 1000}))
-    started = time.perf_counter()
     with pytest.raises(QueryLimitExceeded) as raised:
         warehouse.query("select * from range(10000000000) t(i)")  # 10^10 rows: never loadable
     assert raised.value.limit == "rows"
-    assert time.perf_counter() - started < 2
     assert warehouse.usage()[-1].rows <= 1000 + 2048
 
 
@@ -221,9 +221,9 @@ def test_duckdb_timeout_interrupts_a_slow_query(lake: Path) -> None:
     started = time.perf_counter()
     with pytest.raises(QueryLimitExceeded, match=r"longer than 0\.5 s") as raised:
         warehouse.query(SLOW_DUCKDB_SQL)
-    elapsed = time.perf_counter() - started
     assert (raised.value.limit, raised.value.cap) == ("seconds", 0.5)
-    assert 0.5 <= elapsed < 1.5
+    assert time.perf_counter() - started >= 0.5  # not before its time (the test's timeout
+    # is what shows it was interrupted: the query itself would run for hours)
     assert warehouse.query("select 1 as one")["one"].tolist() == [1]  # the connection lives on
 
 
@@ -232,11 +232,9 @@ def test_duckdb_timeout_interrupts_a_slow_query(lake: Path) -> None:
 def test_postgres_statement_timeout(pg_scratch_url: str) -> None:
     pg = {"pg": {"kind": "sqlalchemy", "url": pg_scratch_url}}
     warehouse.configure(context(connections=pg, limits={"timeout_s": 0.5}))
-    started = time.perf_counter()
     with pytest.raises(QueryLimitExceeded, match=r"longer than 0\.5 s") as raised:
-        warehouse.query("select pg_sleep(5)", connection="pg")
+        warehouse.query("select pg_sleep(3600)", connection="pg")  # only a cancel ends it
     assert raised.value.limit == "seconds"
-    assert time.perf_counter() - started < 1.5
     assert warehouse.usage()[-1].error.startswith("QueryLimitExceeded")  # type: ignore[union-attr]
     assert warehouse.query("select 1 as one", connection="pg")["one"].tolist() == [1]
 
@@ -249,10 +247,8 @@ def test_other_dialects_are_cancelled_best_effort_sqlite(tmp_path: Path) -> None
     lite = {"lite": {"kind": "sqlalchemy", "url": lite_url}}
     warehouse.configure(context(connections=lite, limits={"timeout_s": 0.5}))
     endless = "with recursive c(n) as (select 1 union all select n + 1 from c) select max(n) from c"
-    started = time.perf_counter()
     with pytest.raises(QueryLimitExceeded, match="longer than"):
-        warehouse.query(endless, connection="lite")  # sqlite3's interrupt() stops it
-    assert time.perf_counter() - started < 1.5
+        warehouse.query(endless, connection="lite")  # only sqlite3's interrupt() stops it
     # query() never commits: a write is rolled back.
     warehouse.query("insert into t values (1)", connection="lite")
     assert warehouse.query("select count(*) as n from t", connection="lite")["n"][0] == 0
