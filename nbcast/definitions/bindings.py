@@ -11,7 +11,7 @@ edit of the definition never changes a queued run::
      "steps": [{"business_days": -1}],       shifts and snaps, applied in order
      "format": "date"}                       date | datetime | a strftime pattern
 
-**Base.** A wall time in the definition's zone: ``slot`` is the slot's nominal time
+**Base.** An instant, read in the definition's zone: ``slot`` is the slot's nominal time
 (a manual run: the instant it was asked for), ``interval_start`` / ``interval_end``
 the ends of its data interval (:mod:`nbcast.scheduler.period`).
 
@@ -28,10 +28,31 @@ Sunday 23:59:59 — weeks start on Monday, ISO 8601), ``start_of_month`` /
 ``end_of_month``, ``start_of_quarter`` / ``end_of_quarter``.
 
 **Format.** ``date`` (default): ``2026-10-30``; ``datetime``: ISO 8601 with the
-zone's offset, ``2026-10-30T00:00:00+01:00`` (a wall time that does not exist is read
-as the instant after the gap, an ambiguous one as its first pass); or a ``strftime``
-pattern (at most 64 characters, one of Python's documented directives after each
-``%``), e.g. ``"%Y-%m"``.
+zone's offset, ``2026-10-30T00:00:00+01:00``; or a ``strftime`` pattern (at most 64
+characters, one of Python's documented directives after each ``%``), e.g. ``"%Y-%m"``.
+
+**DST.** A base is an instant (the second pass of a fold slot is 01:30 *EST*). Minutes
+and hours move that instant. Every other step moves its wall time on the calendar, and
+the wall time it lands on is read back in the zone by one rule:
+
+- *in a fold* (the wall time happens twice) it is read at the pass the step started
+  from — the second pass only if the step started on a second pass — except that a
+  snap to a start takes the first pass and a snap to an end the last (a day, week,
+  month or quarter holds every instant of its wall times);
+- *in a gap* (the wall time does not exist) it stands for the first instant after the
+  gap, where the scheduler fires a shifted gap slot — whenever an instant is needed:
+  for ``datetime``, a pattern, or a later minutes or hours step. ``date`` is the wall
+  time's calendar date, and a later calendar step moves the wall time itself (a day a
+  zone skipped, Apia's 30 December 2011, is still a date).
+
+So, in New York on 1 November 2026: from 01:30 EDT (the first pass) ``{"hours": 1}``
+is 01:30 EST, and from 01:30 EST (the second pass) ``{"hours": -1}`` is 01:30 EDT;
+``{"days": 1}`` from 31 October 01:30 EDT is 1 November 01:30 EDT, while
+``{"weeks": 52}`` from 2 November 2025 01:30 EST (that year's second pass) is
+1 November 2026 01:30 EST; ``{"days": -1}`` from 9 March 2026 02:30 lands in the
+spring-forward gap: its ``date`` is ``2026-03-08``, its ``datetime``
+``2026-03-08T03:00:00-04:00``. A pattern's fields and its ``%z`` and ``%Z`` always
+describe that one instant.
 
 A binding resolves to a string, so it may only be given to a parameter whose default
 is a string (or ``None``). Bounds: at most 16 steps, ``|n|`` at most 10,000 (business
@@ -39,7 +60,8 @@ days: 2,000). Examples — the previous business day of the slot:
 ``{"$period": "slot", "steps": [{"business_days": -1}]}``; the Sunday that ends the last
 full week: ``{"$period": "slot", "steps": [{"weeks": -1}, {"to": "end_of_week"}]}``;
 the month before the slot's month: ``{"$period": "slot", "steps": [{"months": -1}],
-"format": "%Y-%m"}``.
+"format": "%Y-%m"}``. Steps that leave the years 1 to 9999 are an error naming the
+field, when the run row is made.
 """
 
 from __future__ import annotations
@@ -48,7 +70,7 @@ import calendar as _calendar
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -105,6 +127,8 @@ class Binding:
     base: str
     steps: tuple[Step, ...]
     format: str
+    path: str = field(default="", compare=False)
+    """The field it was given in (``report_date``), named by resolution errors."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +171,7 @@ def parse_binding(value: Any, path: str) -> Binding:
         raise MetadataError(f"{path}.format", "must be date, datetime or a strftime pattern")
     if fmt not in ("date", "datetime"):
         _check_pattern(fmt, f"{path}.format")
-    return Binding(base=base, steps=steps, format=fmt)
+    return Binding(base=base, steps=steps, format=fmt, path=path)
 
 
 def _step(item: Any, path: str) -> Step:
@@ -222,41 +246,75 @@ def _holidays(code: str, year: int) -> frozenset[date]:
 # -- resolution -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Wall:
+    """A wall time in the zone (naive, ``fold=0``; it may fall in a gap) and whether its
+    second pass is meant, should it happen twice. ``late`` is only ever true for a wall
+    time that happens twice (:func:`_wall`)."""
+
+    time: datetime
+    late: bool
+
+
 def resolve(binding: Binding, period: Period) -> str:
-    """The literal string ``binding`` means for ``period``."""
+    """The literal string ``binding`` means for ``period`` (module docstring, "DST").
+
+    :class:`MetadataError` naming the binding's field if its steps leave the years
+    1 to 9999."""
     base = {
         "slot": period.nominal,
         "interval_start": period.interval_start,
         "interval_end": period.interval_end,
     }[binding.base]
     zone = period.zone
-    wall = base.astimezone(zone).replace(tzinfo=None)
-    for step in binding.steps:
-        wall = _apply(step, wall, zone)
-    if binding.format == "date":
-        return wall.date().isoformat()
-    aware = _localize(wall, zone)
-    if binding.format == "datetime":
-        return aware.isoformat()
-    return aware.strftime(binding.format)
+    try:
+        # Through UTC, so the pass comes from the instant, not from a ``fold`` the
+        # caller's datetime may or may not carry.
+        wall = _wall_of(base.astimezone(UTC).astimezone(zone))
+        for step in binding.steps:
+            wall = _apply(step, wall, zone)
+        if binding.format == "date":
+            return wall.time.date().isoformat()
+        aware = _localize(wall, zone)
+        if binding.format == "datetime":
+            return aware.isoformat()
+        return aware.strftime(binding.format)
+    except (OverflowError, ValueError):
+        raise MetadataError(
+            binding.path or KEY, "its steps move outside the years 1 to 9999"
+        ) from None
 
 
-def _apply(step: Step, wall: datetime, zone: ZoneInfo) -> datetime:
+def _wall_of(aware: datetime) -> _Wall:
+    """The wall time of an aware datetime of the zone, and its pass (zoneinfo sets
+    ``fold=1`` on the second pass of an ambiguous time it converted from UTC)."""
+    return _Wall(aware.replace(tzinfo=None, fold=0), late=aware.fold == 1)
+
+
+def _wall(time: datetime, late: bool, zone: ZoneInfo) -> _Wall:
+    """``time`` at its second pass if ``late`` and it has one, else its first."""
+    return _Wall(time, late=late and len(_instants(time, zone)) > 1)
+
+
+def _apply(step: Step, wall: _Wall, zone: ZoneInfo) -> _Wall:
     if step.to is not None:
-        return _snap(step.to, wall)
+        # A start is the period's first instant, an end its last: in a fold, the first
+        # and the last pass.
+        return _wall(_snap(step.to, wall.time), step.to.startswith("end"), zone)
     n = step.n
     if step.unit in ("minutes", "hours"):
         # Absolute time: an hour is an hour, also across a DST change.
         delta = timedelta(minutes=n) if step.unit == "minutes" else timedelta(hours=n)
-        instant = _localize(wall, zone).astimezone(UTC) + delta
-        return instant.astimezone(zone).replace(tzinfo=None)
+        return _wall_of((_localize(wall, zone).astimezone(UTC) + delta).astimezone(zone))
     if step.unit == "days":
-        return wall + timedelta(days=n)
-    if step.unit == "weeks":
-        return wall + timedelta(weeks=n)
-    if step.unit == "months":
-        return _add_months(wall, n)
-    return _business_days(wall, n, step.calendar)
+        moved = wall.time + timedelta(days=n)
+    elif step.unit == "weeks":
+        moved = wall.time + timedelta(weeks=n)
+    elif step.unit == "months":
+        moved = _add_months(wall.time, n)
+    else:
+        moved = _business_days(wall.time, n, step.calendar)
+    return _wall(moved, wall.late, zone)
 
 
 def _add_months(wall: datetime, n: int) -> datetime:
@@ -306,21 +364,33 @@ def _snap(anchor: str, wall: datetime) -> datetime:
     return datetime.combine(last, datetime.max.time().replace(microsecond=0))
 
 
-def _localize(wall: datetime, zone: ZoneInfo) -> datetime:
-    """A wall time as an aware datetime: an ambiguous one at its first pass, one that
-    does not exist (a DST gap) as the first instant after the gap — where the
-    scheduler fires a shifted gap slot."""
-    aware = wall.replace(tzinfo=zone, fold=0)
-    if aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == wall:
-        return aware
+def _instants(time: datetime, zone: ZoneInfo) -> list[datetime]:
+    """The UTC instants whose wall time in ``zone`` is ``time``, earliest first: one,
+    two in a fold, none in a gap."""
+    found: list[datetime] = []
+    for fold in (0, 1):
+        instant = time.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+        if instant.astimezone(zone).replace(tzinfo=None) == time and instant not in found:
+            found.append(instant)
+    return sorted(found)
+
+
+def _localize(wall: _Wall, zone: ZoneInfo) -> datetime:
+    """The instant a wall time names, as an aware datetime of the zone: its second pass
+    if ``wall.late``, else its first; in a gap, the first instant after the gap — where
+    the scheduler fires a shifted gap slot."""
+    instants = _instants(wall.time, zone)
+    if instants:
+        return (instants[-1] if wall.late else instants[0]).astimezone(zone)
     # In a gap: the transition lies between the two readings PEP 495 gives; find the
     # first second whose wall time is later than ``wall``.
-    low = int(wall.replace(tzinfo=zone, fold=1).astimezone(UTC).timestamp())
-    high = int(aware.astimezone(UTC).timestamp())
+    time = wall.time
+    low = int(time.replace(tzinfo=zone, fold=1).astimezone(UTC).timestamp())
+    high = int(time.replace(tzinfo=zone, fold=0).astimezone(UTC).timestamp())
     low, high = min(low, high), max(low, high)
     while high - low > 1:
         middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, zone).replace(tzinfo=None) > wall:
+        if datetime.fromtimestamp(middle, zone).replace(tzinfo=None) > time:
             high = middle
         else:
             low = middle
