@@ -325,24 +325,54 @@ def test_forms_on_another_tenants_objects_are_404(
 
 
 def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
-    # The server's clock stands three days before New York falls back (2027-11-07).
-    clock = {"NBCAST_CLOCK": "fixed:2027-11-04T12:00:00Z"}
+    # The server's clock stands at 00:45 EDT on the night New York falls back
+    # (2027-11-07 01:00-02:00 happens twice).
+    clock = {"NBCAST_CLOCK": "fixed:2027-11-07T04:45:00Z"}
     ray = "--NbcastApp.ray_dashboard_url=http://127.0.0.1:8265/"
     with LiveServer(tmp_path, users={"alice": "acme"}, env=clock, extra=(ray,)) as live:
         nbcast(live, "tenants", "--operator", "create", "acme")
-        notebook = make_notebook(
-            tmp_path / "nightly.ipynb",
-            nbcast={"schedule": {"cron": "30 1 * * *", "timezone": "America/New_York"}},
-        )
-        nbcast(live, "publish", str(notebook), tenant="acme")
+        schedules = {
+            "nightly": {"cron": "30 1 * * *", "timezone": "America/New_York"},
+            "hourly": {"cron": "30 * * * *", "timezone": "America/New_York"},
+            "berlin": {"cron": "0 7 * * *", "timezone": "Europe/Berlin"},
+        }
+        for name, schedule in schedules.items():
+            notebook = make_notebook(tmp_path / f"{name}.ipynb", nbcast={"schedule": schedule})
+            nbcast(live, "publish", str(notebook), tenant="acme")
         nbcast(live, "scheduler", "tick")
         with live.client("alice") as client:
             page = client.get("/nbcast/definitions/nightly")
+            listing = client.get("/nbcast/definitions")
             overview = client.get("/nbcast/")
     assert 'href="http://127.0.0.1:8265/"' in overview.text  # the Ray dashboard, when set
     assert page.status_code == 200
     assert "01:30 happens twice on 2027-11-07: runs the first pass only (EDT)" in page.text
     assert "2027-11-08 01:30 EST" in page.text
+    # The list: each definition's next three fire times in its own zone, DST noted.
+    assert listing.status_code == 200
+    rows = {
+        name: re.sub(r"<[^>]+>", "", row)
+        for name, row in re.findall(
+            r'<tr>\s*<td><a href="/nbcast/definitions/([^"]+)">(.*?)</tr>', listing.text, re.S
+        )
+    }
+    assert set(rows) == set(schedules)
+    nightly = rows["nightly"]
+    assert "2027-11-07 01:30 EDT (Sun)" in nightly
+    assert "01:30 happens twice on 2027-11-07: runs the first pass only (EDT)" in nightly
+    assert "2027-11-08 01:30 EST (Mon)" in nightly
+    assert "2027-11-09 01:30 EST (Tue)" in nightly
+    hourly = rows["hourly"]
+    assert "2027-11-07 01:30 EDT (Sun)" in hourly
+    assert "01:30 happens twice on 2027-11-07: runs both (EDT, then EST)" in hourly
+    assert "2027-11-07 01:30 EST (Sun)" in hourly
+    assert "this is the second pass (EST)" in hourly
+    assert "2027-11-07 02:30 EST (Sun)" in hourly
+    assert "2027-11-07 03:30" not in hourly  # three fire times, no more
+    berlin = rows["berlin"]
+    assert "2027-11-07 07:00 CET (Sun)" in berlin  # Berlin's own zone, not New York's
+    assert "happens twice" not in berlin
+    assert listing.text.count('<li class="dst">') == 3  # the notes mark their rows
 
 
 NOTEBOOK_VIEW_CSP = (

@@ -5,7 +5,8 @@ page                            shows
 ==============================  ==================================================
 ``/nbcast/``                    services, the tenant's queue and quota, the last
                                 24 h, definitions, newest runs, failed deliveries
-``/nbcast/definitions``         every definition: schedule, next fire, last state
+``/nbcast/definitions``         every definition: schedule, its next fire times in
+                                its zone with DST notes, last state
 ``/nbcast/definitions/{name}``  versions, the next fire times with DST notes, the
                                 runs of that definition (SKIPPED/MISSED reasons)
 ``/nbcast/runs/{run_id}``       context, parameters, attempts (failing cell, line
@@ -33,12 +34,15 @@ status and one line of text, never a traceback.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from nbcast.errors import NbcastError
+from nbcast.scheduler.upcoming import UpcomingFire
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_RUN,
@@ -50,11 +54,48 @@ from nbcast.server_extension.handlers.page_handler import (
     web_url,
 )
 
-__all__ = ["DefinitionPage", "DefinitionsPage", "OverviewPage", "OverviewRedirect"]
+__all__ = [
+    "DefinitionPage",
+    "DefinitionsPage",
+    "Fires",
+    "OverviewPage",
+    "OverviewRedirect",
+    "next_fires",
+]
 
 RUNS_PER_PAGE = 50
 UPCOMING = 5
 """Next fire times a definition's page lists."""
+LIST_FIRES = 3
+"""Next fire times the definitions page lists per definition (the API's three)."""
+
+
+@dataclass(frozen=True)
+class Fires:
+    """A definition's next fire times as a page shows them: the slots, or why there
+    are none (``manual``: no schedule; ``error``: it does not compile)."""
+
+    upcoming: list[UpcomingFire] = field(default_factory=list)
+    manual: bool = False
+    error: str | None = None
+
+
+def next_fires(block: dict[str, Any], now: datetime, count: int) -> Fires:
+    """The next ``count`` fire times of the schedule in a version's ``nbcast`` block,
+    in its zone with their DST notes (:func:`nbcast.scheduler.upcoming.upcoming`)."""
+    from nbcast.definitions.spec import parse_spec
+    from nbcast.scheduler.upcoming import upcoming
+
+    schedule = block.get("schedule")
+    if not isinstance(schedule, dict):
+        return Fires(manual=True)
+    try:
+        spec = parse_spec({"schedule": schedule}).schedule
+        if spec is None:
+            return Fires(manual=True)
+        return Fires(upcoming=upcoming(spec, now, count))
+    except NbcastError as exc:
+        return Fires(error=str(exc))
 
 
 @page_route("/nbcast/", "The overview of the caller's tenant")
@@ -114,7 +155,9 @@ class OverviewRedirect(PageHandler):
 
 @page_route("/nbcast/definitions", "The caller's definitions")
 class DefinitionsPage(PageHandler):
-    """``/nbcast/definitions``: every definition, a page of 100 at a time."""
+    """``/nbcast/definitions``: every definition, a page of 100 at a time, each with
+    its next :data:`LIST_FIRES` fire times in its own zone and what DST does to each
+    (:func:`next_fires`)."""
 
     @web.authenticated
     @authorized
@@ -129,18 +172,22 @@ class DefinitionsPage(PageHandler):
         if after is not None and len(after) > 512:
             raise ApiError(400, "after is longer than 512 characters", field="after")
 
-        def read() -> Any:
+        def read() -> tuple[Any, dict[int, Fires]]:
+            now = self.state.clock.now()
             with self.state.db.session() as session:
                 if not tenant_known(session, caller):
-                    return Page([], None)
-                return list_definitions(session, caller, limit=100, after=after)
+                    return Page([], None), {}
+                page = list_definitions(session, caller, limit=100, after=after)
+            fires = {d.id: next_fires(d.block, now, LIST_FIRES) for d in page.items if not d.paused}
+            return page, fires
 
-        page = await self.call(read)
+        page, fires = await self.call(read)
         self.render_page(
             "definitions.html",
             title="Definitions",
             active=any(d.last_run_state in ACTIVE_RUN for d in page.items),
             definitions=page.items,
+            fires=fires,
             next_after=page.next_after,
         )
 
