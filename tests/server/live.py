@@ -48,6 +48,7 @@ class LiveServer:
         embedded_services: bool = False,
         command: str = "serve",
         extra: tuple[str, ...] = (),
+        ready_status: int = 200,
     ) -> None:
         self.folder = folder
         self.home = folder / "nbcast-home"
@@ -101,10 +102,13 @@ class LiveServer:
                 "--ServerApp.open_browser=False",
             ]
             self.argv = [str(BIN / "jupyter"), command, *where, *args]
+        self.ready_status = ready_status
+        """The status the OpenAPI document answers the server's token once the server
+        listens (403 under an authorizer that refuses nbcast)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> LiveServer:
-        """Start it and wait until its API answers."""
+        """Start it and wait until its API answers (:attr:`ready_status`)."""
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -120,7 +124,7 @@ class LiveServer:
                     headers={"Authorization": f"token {TOKEN}"},
                     timeout=2.0,
                 )
-                if answer.status_code == 200:
+                if answer.status_code == self.ready_status:
                     return self
             except httpx.TransportError:
                 pass
