@@ -5,12 +5,29 @@ readable by group or others — whatever the caller's umask was."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from nbcast.access import Caller
+from nbcast.artifacts import open_store
+from nbcast.clock import SystemClock
+from nbcast.config import prepare_home
+from nbcast.db import Database
+from nbcast.definitions.versions import publish
+from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.engines.local import LocalEngine
+from nbcast.executor.models import Run, RunState
+from nbcast.executor.worker import Worker, default_work_dir
+from nbcast.scheduler.control import run_now
 from tests.notebooks import make_notebook
 
 NBCAST = [sys.executable, "-m", "nbcast"]
@@ -50,3 +67,128 @@ def test_every_file_a_run_leaves_in_the_home_is_private(tmp_path: Path) -> None:
         if not p.is_symlink() and p.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO)
     ]
     assert exposed == []
+
+
+# -- the run folder while its notebook runs, under a worker's permissive umask ---------
+
+RECORD_MODES = """\
+import json, os, stat
+from ipykernel.connect import get_connection_file
+
+def mode(path):
+    return oct(stat.S_IMODE(os.stat(path).st_mode))
+
+open('written-by-the-report.txt', 'w').write('x')
+modes = {name: mode(name) for name in sorted(os.listdir('.'))}
+modes['<run folder>'] = mode('.')
+modes['<runs folder>'] = mode('..')
+modes['<kernel connection file>'] = mode(get_connection_file())
+print(json.dumps(modes))
+"""
+"""A report that records, while it runs, the mode of its working folder, of the folder
+above it and of every file in it (and of its kernel's connection file)."""
+
+RUN_FOLDER_FILES = {
+    "input.ipynb",
+    "output.ipynb",
+    "run-context.json",
+    "warehouse-usage.jsonl",
+    "written-by-the-report.txt",
+}
+
+
+def recorded_modes(executed: dict[str, Any]) -> dict[str, str]:
+    """The modes :data:`RECORD_MODES` printed into an executed notebook."""
+    [text] = [
+        "".join(output["text"])
+        for cell in executed["cells"]
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stdout"
+    ]
+    modes: dict[str, str] = json.loads(text)
+    return modes
+
+
+def assert_private(modes: dict[str, str]) -> None:
+    assert set(modes) >= RUN_FOLDER_FILES, modes
+    folders = {"<run folder>", "<runs folder>"}
+    assert {name: modes[name] for name in folders} == dict.fromkeys(folders, "0o700")
+    files = {name: mode for name, mode in modes.items() if name not in folders}
+    assert files == dict.fromkeys(files, "0o600")
+
+
+@contextlib.contextmanager
+def permissive_umask() -> Iterator[None]:
+    previous = os.umask(0o022)  # not the nbcast command's 077: the worker's own
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path) -> None:
+    """The local engine, in a worker that did not set a private umask: the home's
+    ``runs/`` it creates, the run folder and its files are private all the same."""
+    home = prepare_home(tmp_path / "home")
+    db = Database.open(f"sqlite:///{home / 'nbcast.db'}")
+    path = make_notebook(tmp_path / "modes.ipynb", body=RECORD_MODES, nbcast={"name": "modes"})
+    publish(db, path, tenant="default", author="t")
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "modes", {})
+    with permissive_umask(), LocalEngine(capacity=1, pool_size=1) as engine:
+        worker = Worker(
+            db,
+            SystemClock(),
+            engine,
+            name="umask-022",
+            artifacts=str(home / "artifacts"),
+            work_dir=default_work_dir(home),
+        )
+        worker.run(exit_when_idle=True)
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        state, sha = run.state, run.artifact_sha256
+    db.dispose()
+    assert state == "SUCCEEDED"
+    assert sha is not None
+    assert_private(recorded_modes(json.loads(open_store(str(home / "artifacts")).get(sha))))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_folder_is_private_in_a_ray_worker(ray_cluster: str, tmp_path: Path) -> None:
+    """An attempt in a Ray worker of an outside ``ray start``, whose umask is raylet's:
+    here ``022``, set in the task before the attempt starts."""
+    import ray
+
+    from nbcast.executor.engines.ray import _run_in_ray
+
+    home = prepare_home(tmp_path / "home")
+    notebook = make_notebook(tmp_path / "modes.ipynb", body=RECORD_MODES).read_text()
+    job = AttemptJob(
+        run_id=1,
+        attempt=1,
+        tenant="default",
+        definition="modes",
+        label="modes",
+        notebook_json=notebook,
+        parameters={},
+        timeout_s=120,
+        work_dir=default_work_dir(home),
+        artifacts=str(home / "artifacts"),
+    )
+
+    def under_permissive_umask(job: AttemptJob) -> AttemptOutcome:
+        os.umask(0o022)
+        return _run_in_ray(job)
+
+    ray.init(address=ray_cluster, namespace="nbcast-test-modes", log_to_driver=False)
+    try:
+        task = ray.remote(max_retries=0)(under_permissive_umask)
+        outcome = ray.get(task.remote(job), timeout=240)
+    finally:
+        ray.shutdown()
+    assert outcome.state is RunState.SUCCEEDED, outcome.error
+    assert outcome.artifact_sha256 is not None
+    stored = open_store(str(home / "artifacts")).get(outcome.artifact_sha256)
+    assert_private(recorded_modes(json.loads(stored)))

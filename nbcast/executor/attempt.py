@@ -54,6 +54,16 @@ Decisions:
   died mid-run is removed by the next worker to start there once it is older than
   :data:`STALE_RUN_FOLDER_S` (8 days: longer than any run may last)
   (:func:`sweep_run_folders`).
+- **The run folder is private, whatever the umask.** It holds the tenant's warehouse
+  connections and an executed report, and an attempt does not always run under the
+  ``nbcast`` command's umask ``077`` (a Ray worker of an outside ``ray start`` has
+  raylet's, usually ``022``). So the run folder and every missing parent of it (the
+  home's ``runs/``) are created ``0700``, and the input and output notebooks, the run
+  context and the usage file ``0600``, with explicit modes (:func:`_private_folder`,
+  :func:`_write_private`); the output notebook is created empty before papermill
+  writes it (an empty one is never stored). The kernel's setup code sets its umask
+  to ``077``, so what the report itself writes is private too — as it is under the
+  ``nbcast`` command, whose kernels inherit its umask.
 """
 
 from __future__ import annotations
@@ -177,10 +187,42 @@ def _record_run(output: Path, run: dict[str, Any]) -> None:
         pass
 
 
+def _private_folder(folder: Path) -> None:
+    """Create ``folder`` and its missing parents ``0700`` (module docstring).
+
+    ``Path.mkdir(parents=True)`` would give the parents the umask's mode and
+    ``mkdir``'s own mode is masked by it, hence one ``mkdir`` and ``chmod`` per folder.
+    Existing parents are left as they are; ``folder`` itself is this attempt's, so it
+    is made ``0700`` even if it exists.
+    """
+    missing: list[Path] = []
+    current = folder
+    while not os.path.lexists(current) and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # another attempt made it meanwhile (and made it private)
+            continue
+        os.chmod(path, 0o700)
+    os.chmod(folder, 0o700)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a ``0600`` file (module docstring), never through a
+    symbolic link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(fd, 0o600)
+        handle.write(text)
+
+
 def _setup_code(run_dir: Path, context_path: Path) -> str:
     # Runs silently in the kernel before the first cell (see nbcast.executor.kernels).
     return (
         "import os as _os\n"
+        "_os.umask(0o077)\n"
         f"_os.chdir({str(run_dir)!r})\n"
         f"_os.environ['NBCAST_RUN_CONTEXT'] = {str(context_path)!r}\n"
         "del _os\n"
@@ -195,13 +237,15 @@ def execute_attempt(
 
     started = time.monotonic()
     run_dir = Path(job.work_dir) / f"run-{job.run_id}-attempt-{job.attempt}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _private_folder(run_dir)
     source = run_dir / "input.ipynb"
     output = run_dir / "output.ipynb"
-    source.write_text(job.notebook_json, encoding="utf-8")
+    _write_private(source, job.notebook_json)
+    _write_private(output, "")  # papermill rewrites it in place: it stays 0600
     context_path = run_dir / "run-context.json"
     context = warehouse_context(job, run_dir)
-    context_path.write_text(json.dumps(context), encoding="utf-8")
+    _write_private(Path(context["usage_path"]), "")
+    _write_private(context_path, json.dumps(context))
     env_before = os.environ.get("NBCAST_RUN_CONTEXT")
     state, error, kernel_start = RunState.SUCCEEDED, None, None
     reason: str | None = None
@@ -242,9 +286,10 @@ def execute_attempt(
         if env_before is None:
             os.environ.pop("NBCAST_RUN_CONTEXT", None)
     try:
-        if output.exists() and job.run is not None:
+        written = _written(output)
+        if written and job.run is not None:
             _record_run(output, job.run)
-        sha = open_store(job.artifacts).put_file(output).sha256 if output.exists() else None
+        sha = open_store(job.artifacts).put_file(output).sha256 if written else None
         usage = read_usage_file(Path(context["usage_path"]))
     finally:
         _remove(run_dir)
@@ -264,6 +309,14 @@ def execute_attempt(
         reason=reason,
         retryable=retryable,
     )
+
+
+def _written(output: Path) -> bool:
+    """Whether papermill wrote the output notebook (it is created empty beforehand)."""
+    try:
+        return output.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _error(ename: str, evalue: str, trace: Sequence[str]) -> dict[str, Any]:
