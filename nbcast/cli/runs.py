@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 import click
 
@@ -195,6 +196,20 @@ def _period(context: dict[str, Any] | None) -> str:
     return f"[{context['interval_start']}, {context.get('interval_end', '')}) {zone}".rstrip()
 
 
+def _nominal(context: dict[str, Any] | None) -> str:
+    """The slot's nominal time (a manual run's: the instant it was asked for), local
+    with its offset, then the zone's abbreviation and name — which pass of a fold it
+    is, said as people say it: ``2026-11-01T01:30:00-05:00 (EST, America/New_York)``."""
+    if not context or "nominal" not in context:
+        return ""
+    nominal, zone = str(context["nominal"]), str(context.get("timezone", ""))
+    try:
+        abbreviation = datetime.fromisoformat(nominal).astimezone(ZoneInfo(zone)).tzname()
+    except (ValueError, KeyError, OverflowError):  # a zone this machine lacks: as stored
+        return f"{nominal} ({zone})" if zone else nominal
+    return f"{nominal} ({abbreviation}, {zone})"
+
+
 def _show(run: RunDetail) -> None:
     """``runs show`` for people: the run's facts, then a table per kind of row."""
     state = f"{run.state} ({run.reason})" if run.reason else run.state
@@ -203,6 +218,7 @@ def _show(run: RunDetail) -> None:
         ("tenant", run.tenant),
         ("kind", run.kind + (f" of run {run.rerun_of}" if run.rerun_of else "")),
         ("slot", run.slot_key or "-"),
+        ("nominal", _nominal(run.context)),
         ("fire at", when(run.fire_at)),
         ("period", _period(run.context)),
         ("created", when(run.created_at)),

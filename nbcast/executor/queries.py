@@ -124,13 +124,21 @@ def list_runs(
     else:
         query = query.order_by(Run.fire_at.desc(), Run.id.desc())
     rows = session.execute(query.limit(size + 1)).all()
-    records = [_record(run, name) for run, name in rows[:size]]
+    records = [_record(run, name, tenant.name) for run, name in rows[:size]]
     more = len(rows) > size
     cursor = encode_cursor(records[-1].fire_at, records[-1].id) if more and records else None
     return Page(records, cursor)
 
 
-def _record(run: Run, definition: str) -> RunRecord:
+def _context(run: Run, tenant: str) -> dict[str, Any] | None:
+    """The run's stored context with its tenant, as ``nbcast.context()`` names it (the
+    row keeps the tenant in a column; every stored key is kept as it is)."""
+    if run.context is None:
+        return None
+    return {"tenant": tenant, **run.context}
+
+
+def _record(run: Run, definition: str, tenant: str) -> RunRecord:
     return RunRecord(
         id=run.id,
         definition=definition,
@@ -146,7 +154,7 @@ def _record(run: Run, definition: str) -> RunRecord:
         artifact_sha256=run.artifact_sha256,
         started_at=run.started_at,
         finished_at=run.finished_at,
-        context=run.context,
+        context=_context(run, tenant),
         rerun_of=run.rerun_of,
     )
 
@@ -241,7 +249,7 @@ def get_run(
         error=error,
         cancel_requested_at=cancel.requested_at if cancel else None,
         cancel_requested_by=cancel.requested_by if cancel else None,
-        context=run.context,
+        context=_context(run, tenant.name),
         rerun_of=run.rerun_of,
         attempts=attempts,
         renditions=renditions_of_run(session, caller, run.id),
