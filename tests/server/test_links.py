@@ -9,11 +9,13 @@ server's strictest mode: the public endpoints must still answer without a login
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -32,11 +34,14 @@ from nbcast.errors import UnknownRunError
 from nbcast.governance.tenants import ensure_tenant
 from nbcast.server_extension.handlers.links import CHUNK_BYTES
 from nbcast.server_extension.ratelimit import RateLimiter
-from tests.server.deliveries import ALICE, Delivered, database, deliver
+from tests.server.deliveries import ALICE, RECIPIENT, Delivered, database, deliver
 from tests.server.live import BIN, LiveServer
 
 STRICT = ("--ServerApp.allow_unauthenticated_access=False",)
 AGENT = "nbcast-tests/1.0 (links)"
+HOSTILE_AGENT = "<script>alert('ua')</script> " + " ".join(["Mozilla/5.0 (X11; Linux)"] * 14)
+"""A user agent of 378 characters, markup first: recorded cut to 256, shown cut and
+escaped."""
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +146,52 @@ def test_every_opening_is_recorded_with_the_network_not_the_address(
     )
     opens = {row["id"]: row["opens"] for row in json.loads(listing.stdout)}
     assert opens[newest.link_id] >= 2
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_the_run_page_and_the_api_show_each_opening(live: LiveServer, delivered: Delivered) -> None:
+    url = delivered.links[0]
+    answer = httpx.get(url, headers={"User-Agent": HOSTILE_AGENT}, timeout=30)
+    assert answer.status_code == 200
+    with live.client("alice") as alice:
+        detail = alice.get(f"/nbcast/api/v1/runs/{delivered.run_id}")
+        page = alice.get(f"/nbcast/runs/{delivered.run_id}")
+    assert detail.status_code == 200
+    body = detail.json()
+    opens = body["link_opens"]
+    assert len(opens) == _opens(live, delivered.run_id) >= 3  # every one, newest first
+    assert body["link_opens_more"] is False
+    instants = [_instant(o["opened_at"]) for o in opens]
+    assert instants == sorted(instants, reverse=True)
+    newest = opens[0]
+    assert newest["link"] == _link_id(live, url)
+    assert newest["run"] == delivered.run_id
+    assert newest["recipient"] == RECIPIENT
+    assert newest["network"] == "127.0.0.0/24"
+    assert newest["user_agent"] == HOSTILE_AGENT[:256]
+    assert {o["user_agent"] for o in opens[1:]} >= {AGENT}
+
+    assert page.status_code == 200
+    assert "<script>alert(" not in page.text
+    section = page.text.split("<h3>Openings</h3>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><td>(.*?)</tr>", section, re.S)
+    assert len(rows) == len(opens)
+    first = rows[0]
+    shown = re.search(r'datetime="([^"]+)"', first)
+    assert shown is not None
+    assert _instant(shown.group(1)) == instants[0]  # the time, to the microsecond
+    assert "<code>127.0.0.0/24</code>" in first
+    cell = re.search(r'<td class="clip user-agent" title="([^"]*)">(.*?)</td>', first, re.S)
+    assert cell is not None
+    assert html.unescape(cell.group(1)) == HOSTILE_AGENT[:256]  # the whole, as a tooltip
+    visible = html.unescape(cell.group(2))
+    assert visible == HOSTILE_AGENT[:119] + "…"  # clipped, and escaped as text
+    assert "&lt;script&gt;alert(&#39;ua&#39;)&lt;/script&gt;" in cell.group(2)
+    assert all(AGENT in row for row in rows[1:] if "nbcast-tests" in row)
+    assert f"{RECIPIENT}</td>" in first
 
 
 def test_another_tenant_sees_no_openings(live: LiveServer, delivered: Delivered) -> None:

@@ -6,6 +6,10 @@ print), :func:`~nbcast.executor.control.cancel_run` and
 :func:`~nbcast.scheduler.control.rerun_run` — each scoped to the caller's tenant, so
 another tenant's run is "not found" (404) on every route here.
 
+One run's answer adds to those keys the newest :data:`LINK_OPENS_SHOWN` openings of
+its signed links (:func:`~nbcast.delivery.link_opens.opens_of_run`: time, network,
+user agent) and whether there are more.
+
 Downloads (the executed notebook, each rendition) are served as attachments with
 ``X-Content-Type-Options: nosniff`` and ``Content-Security-Policy: sandbox``: a
 notebook's HTML is the notebook author's, and must never run as this origin's page.
@@ -20,6 +24,7 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, encode_cursor
+from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.executor.control import MAX_RUN_ID, cancel_run, own_run, run_not_found
 from nbcast.executor.models import RunKind, RunState
@@ -33,6 +38,7 @@ from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = [
+    "LINK_OPENS_SHOWN",
     "MAX_LIST",
     "RUN_ID",
     "RunCancelHandler",
@@ -48,6 +54,10 @@ __all__ = [
 
 MAX_LIST = 500
 """The most items one page of an API list holds."""
+
+LINK_OPENS_SHOWN = 100
+"""The most openings of a run's signed links its answer (and its page) lists: the
+newest."""
 
 NOTEBOOK_MEDIA = "application/x-ipynb+json"
 
@@ -149,11 +159,40 @@ ATTEMPT = schema(
         },
     },
 )
+LINK_OPEN = schema(
+    "LinkOpen",
+    {
+        "type": "object",
+        "description": "One opening of a signed link: when, from which network (IPv4 /24, "
+        "IPv6 /48, or `unknown`: never the whole address) and with which user agent.",
+        "required": [
+            "link",
+            "run",
+            "delivery",
+            "recipient",
+            "file",
+            "opened_at",
+            "network",
+            "user_agent",
+        ],
+        "properties": {
+            "link": {"type": "integer"},
+            "run": {"type": "integer"},
+            "delivery": _NULLABLE_INT,
+            "recipient": _STRING,
+            "file": _STRING,
+            "opened_at": INSTANT,
+            "network": _STRING,
+            "user_agent": {"type": "string", "maxLength": MAX_USER_AGENT_CHARS},
+        },
+    },
+)
 RUN_DETAIL = schema(
     "RunDetail",
     {
         "type": "object",
-        "description": "Everything about one run (the keys of `nbcast runs show --json`).",
+        "description": "Everything about one run (the keys of `nbcast runs show --json`, "
+        f"and the newest {LINK_OPENS_SHOWN} openings of its signed links).",
         "required": [
             "id",
             "tenant",
@@ -164,6 +203,8 @@ RUN_DETAIL = schema(
             "attempts",
             "renditions",
             "deliveries",
+            "link_opens",
+            "link_opens_more",
         ],
         "properties": {
             "id": {"type": "integer"},
@@ -190,6 +231,16 @@ RUN_DETAIL = schema(
             "attempts": {"type": "array", "items": ATTEMPT},
             "renditions": {"type": "array", "items": {"$ref": "#/components/schemas/Rendition"}},
             "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
+            "link_opens": {
+                "type": "array",
+                "maxItems": LINK_OPENS_SHOWN,
+                "items": LINK_OPEN,
+                "description": "The openings of the run's signed links, newest first",
+            },
+            "link_opens_more": {
+                "type": "boolean",
+                "description": "Whether older openings exist than those listed",
+            },
         },
     },
 )
@@ -371,7 +422,7 @@ def _field_of(message: str) -> str | None:
     Operation(
         "get",
         "One run: context, parameters, attempts (why each failed: exception, failing cell "
-        "and line), renditions and deliveries",
+        "and line), renditions, deliveries and the openings of its signed links",
         tag="runs",
         params=(RUN_ID,),
         response=RUN_DETAIL,
@@ -382,10 +433,20 @@ class RunHandler(_RunBase):
 
     @authorized
     async def get(self, run_id: str) -> None:
-        """The run in full."""
+        """The run in full, with the openings of its links."""
         self.caller  # noqa: B018 - a user without a tenant is refused before any work
-        detail = await self.call(self.detail, self.run_id(run_id))
-        self.write_json(detail.to_json())
+        self.write_json(await self.call(self._read, self.run_id(run_id)))
+
+    def _read(self, run_id: int) -> dict[str, Any]:
+        with self.state.db.session() as session:
+            require_run_tenant(session, self.caller, run_id)
+            detail = get_run(session, self.caller, run_id, artifacts=self.state.store)
+            opens = opens_of_run(session, self.caller, run_id, limit=LINK_OPENS_SHOWN + 1)
+        return {
+            **detail.to_json(),
+            "link_opens": [o.to_json() for o in opens[:LINK_OPENS_SHOWN]],
+            "link_opens_more": len(opens) > LINK_OPENS_SHOWN,
+        }
 
 
 @route(

@@ -4,8 +4,10 @@ it frames (``/nbcast/runs/{run_id}/notebook.html``).
 The run page shows everything about one run of the caller's tenant: its context and
 parameters, its attempts (failing cell, line and traceback), the executed notebook
 rendered in a sandboxed ``<iframe>`` (:class:`RunNotebookView`), its renditions, the
-per-recipient delivery ledger, its signed links and every opening of them. Another
-tenant's run is a 404 page.
+per-recipient delivery ledger, its signed links and their openings (the newest
+:data:`~.api_runs.LINK_OPENS_SHOWN`, as the API's run: when, the reader's network as
+recorded, the user agent clipped to :data:`USER_AGENT_SHOWN` characters, all
+escaped). Another tenant's run is a 404 page.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from nbcast.server_extension.errors import ApiError, status_of
+from nbcast.server_extension.handlers.api_runs import LINK_OPENS_SHOWN
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_DELIVERY,
     ACTIVE_RUN,
@@ -24,7 +27,11 @@ from nbcast.server_extension.handlers.page_handler import (
     page_route,
 )
 
-__all__ = ["NOTEBOOK_VIEW_CSP", "RunNotebookView", "RunPage"]
+__all__ = ["NOTEBOOK_VIEW_CSP", "USER_AGENT_SHOWN", "RunNotebookView", "RunPage"]
+
+USER_AGENT_SHOWN = 120
+"""Characters of an opening's user agent shown in its row (the whole, at most 256
+characters as recorded, in the cell's tooltip)."""
 
 
 @page_route("/nbcast/runs/{run_id}", "One run of the caller's tenant")
@@ -49,6 +56,7 @@ class RunPage(PageHandler):
         )
 
     def _read(self, caller: Any, run_id: int) -> dict[str, Any]:
+        from nbcast.delivery.link_opens import opens_of_run
         from nbcast.delivery.queries import list_links
         from nbcast.errors import UnknownRunError
         from nbcast.executor.artifacts_of_run import attempt_tracebacks
@@ -60,12 +68,17 @@ class RunPage(PageHandler):
                 raise UnknownRunError(f"no run {run_id}")
             run = get_run(session, caller, run_id, artifacts=self.state.store)
             links = list_links(session, caller, run_id=run_id, limit=100).items
+            opens = opens_of_run(session, caller, run_id, limit=LINK_OPENS_SHOWN + 1)
         return {
             "run": run,
             "links": links,
+            "opens": opens[:LINK_OPENS_SHOWN],
+            "opens_more": len(opens) > LINK_OPENS_SHOWN,
+            "opens_total": sum(link.opens for link in links),
             "tracebacks": attempt_tracebacks(self.state.store, run),
             "failed_deliveries": sum(1 for d in run.deliveries if d.state.value == "FAILED"),
             "finished": run.state not in ACTIVE_RUN,
+            "user_agent_shown": USER_AGENT_SHOWN,
         }
 
 
