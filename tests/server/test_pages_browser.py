@@ -1,6 +1,8 @@
 """The status pages in a real Chromium (Debian's, through Playwright): every page loads
 with no console error, the pause button pauses, run-now makes a run that a worker
-then runs to SUCCEEDED, and full-page screenshots of every page are kept as test
+then runs to SUCCEEDED, the definition page's diff form shows the diff of two
+versions, a recipient's unsubscribe link shows a confirmation whose button (and only
+the button) unsubscribes, and full-page screenshots of every page are kept as test
 artifacts (``$NBCAST_TEST_ARTIFACTS``, else ``test-artifacts/screenshots``).
 
 Without chromium the tests are skipped with the reason — except in CI
@@ -20,9 +22,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from nbcast.delivery.models import Unsubscription
+from tests.notebooks import make_notebook
+from tests.server.deliveries import RECIPIENT, database, deliver
 from tests.server.live import LiveServer, user_token
-from tests.server.test_pages import Seeded, is_paused, seed
+from tests.server.test_pages import Seeded, is_paused, open_database, seed
 
 pytestmark = pytest.mark.chromium
 
@@ -182,6 +188,41 @@ def test_pause_through_the_form(
     assert page.problems == []
 
 
+def test_the_diff_of_two_versions_from_the_definition_page(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    from nbcast.clock import clock_from_env
+    from nbcast.definitions.versions import publish
+
+    # A second version of the good report: its body changes, its parameters do not.
+    notebook = make_notebook(
+        server.folder / "notebooks" / "good.ipynb",
+        parameters='region = "EMEA"\n',
+        body="print(region, 'the second version')",
+        nbcast={"name": "kpi", "schedule": {"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"}},
+    )
+    db = open_database(server)
+    try:
+        env = dict(server.env)
+        publish(
+            db, notebook, tenant="acme", author="alice", now=clock_from_env(env).now(), environ=env
+        )
+    finally:
+        db.dispose()
+    _open(page, f"{server.url}/nbcast/definitions/{seeded.good}")
+    assert page.locator("select[name=a]").input_value() == "1"  # the previous version
+    assert page.locator("select[name=b]").input_value() == "2"  # against the latest
+    page.get_by_role("button", name="Show diff").click()
+    page.wait_for_url("**/diff?*")
+    assert "format=html" in page.url
+    text = page.inner_text("body")
+    assert "the second version" in text  # the added line
+    assert "print(region)" in text  # the removed one
+    assert page.locator("script").count() == 0
+    page.screenshot(path=str(artifacts / "diff.png"), full_page=True)
+    assert page.problems == []
+
+
 def test_run_now_from_the_page_runs_to_success(
     page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
 ) -> None:
@@ -235,3 +276,50 @@ def test_the_demo_helper_saves_screenshots(
         ).result(timeout=120)
     assert [p.name for p in written] == ["overview.png", f"run-{seeded.failed_run}.png"]
     assert all(p.stat().st_size > 5_000 for p in written)
+
+
+def _opt_outs(server: LiveServer) -> list[tuple[str, str, str, str]]:
+    db = database(server)
+    try:
+        with db.session() as session:
+            rows = session.execute(
+                sa.select(
+                    Unsubscription.scope,
+                    Unsubscription.channel,
+                    Unsubscription.recipient,
+                    Unsubscription.source,
+                )
+            )
+            return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
+    finally:
+        db.dispose()
+
+
+def test_the_unsubscribe_page_asks_and_its_button_unsubscribes(
+    browser: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    """The recipient's view: no login, no cookie. Opening the email's link (twice,
+    as a mail scanner and then the person would) records nothing; the button does."""
+    delivered = deliver(server, server.folder / "mailed", name="mailed", formats=["csv"])
+    context = browser.new_context(viewport=shots.VIEWPORT)
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("console", lambda m: m.type == "error" and problems.append(m.text))
+    tab.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        for _ in range(2):
+            _open(tab, delivered.unsubscribe_url)
+        assert "Unsubscribe?" in tab.title()
+        text = tab.inner_text("body")
+        assert f"Stop sending the report “mailed” to {RECIPIENT} (email)." in text
+        assert _opt_outs(server) == []  # a GET changes nothing
+        tab.screenshot(path=str(artifacts / "unsubscribe-confirm.png"), full_page=True)
+        with tab.expect_navigation():
+            tab.get_by_role("button", name="Unsubscribe").click()
+        assert "Unsubscribed" in tab.title()
+        assert f"{RECIPIENT} will no longer receive the report “mailed”." in tab.inner_text("body")
+        assert _opt_outs(server) == [("mailed", "email", RECIPIENT, "one-click")]
+        tab.screenshot(path=str(artifacts / "unsubscribe-done.png"), full_page=True)
+        assert problems == []
+    finally:
+        context.close()
