@@ -304,7 +304,12 @@ def test_the_unsubscribe_page_asks_and_its_button_unsubscribes(
     context = browser.new_context(viewport=shots.VIEWPORT)
     tab = context.new_page()
     problems: list[str] = []
-    tab.on("console", lambda m: m.type == "error" and problems.append(m.text))
+
+    def console(message: Any) -> None:
+        if message.type == "error":
+            problems.append(message.text)
+
+    tab.on("console", console)
     tab.on("pageerror", lambda e: problems.append(str(e)))
     try:
         for _ in range(2):
