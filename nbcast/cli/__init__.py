@@ -3,7 +3,7 @@
 One module per area (:mod:`~nbcast.cli.definitions`, :mod:`~nbcast.cli.schedule`,
 :mod:`~nbcast.cli.scheduler`, :mod:`~nbcast.cli.runs`, :mod:`~nbcast.cli.tenants`,
 :mod:`~nbcast.cli.worker`, :mod:`~nbcast.cli.delivery`, :mod:`~nbcast.cli.db`,
-:mod:`~nbcast.cli.server`), each
+:mod:`~nbcast.cli.server`, :mod:`~nbcast.cli.users`, :mod:`~nbcast.cli.audit`), each
 listing its ``COMMANDS``; :mod:`~nbcast.cli.app` holds the typed application context
 and :mod:`~nbcast.cli.output` the shared output helpers. No command holds SQL of its
 own: each calls the planes' query and command functions.
@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from nbcast.cli import (
+    audit,
     db,
     definitions,
     delivery,
@@ -40,6 +41,7 @@ from nbcast.cli import (
     scheduler,
     server,
     tenants,
+    users,
     worker,
 )
 from nbcast.cli.app import AppContext
@@ -73,7 +75,19 @@ def cli(ctx: click.Context, tenant: str | None) -> None:
     ctx.obj = AppContext(settings, tenant_named=bool(tenant))
 
 
-for _area in (db, definitions, schedule, scheduler, runs, worker, tenants, delivery, server):
+for _area in (
+    db,
+    definitions,
+    schedule,
+    scheduler,
+    runs,
+    worker,
+    tenants,
+    users,
+    audit,
+    delivery,
+    server,
+):
     for _command in _area.COMMANDS:
         cli.add_command(_command)
 

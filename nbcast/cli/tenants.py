@@ -98,12 +98,12 @@ def tenants_set_quota(app: AppContext, /, name: str, **quota: Any) -> None:
 @pass_app
 def tenants_list(app: AppContext, as_json: bool) -> None:
     """List tenants with their quotas."""
-    from nbcast.governance.tenants import QUOTA_FIELDS, list_tenants
+    from nbcast.governance.tenants import QUOTA_FIELDS, all_tenants
 
     with app.db.session() as session:
         rows = [
             {"name": t.name, **{f: getattr(t, f) for f in QUOTA_FIELDS}}
-            for t in list_tenants(session)
+            for t in all_tenants(session)
         ]
     if as_json:
         emit_json(rows)

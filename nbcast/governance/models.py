@@ -11,7 +11,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from nbcast.db import Base, JSONType, utcnow
 from nbcast.executor.models import DEFAULT_MAX_ATTEMPTS
 
-__all__ = ["ServiceHeartbeat", "Tenant", "User"]
+__all__ = ["AuditEntry", "AuditHead", "Operator", "ServiceHeartbeat", "Tenant", "User"]
 
 
 class Tenant(Base):
@@ -46,8 +46,60 @@ class User(Base):
     tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(sa.String(128))
     email: Mapped[str | None] = mapped_column(sa.String(320), default=None)
-    role: Mapped[str] = mapped_column(sa.String(32), default="author")
+    role: Mapped[str] = mapped_column(sa.String(32), default="viewer")
+    """``admin``, ``author`` or ``viewer`` (:class:`nbcast.governance.roles.Role`)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    added_by: Mapped[str | None] = mapped_column(sa.String(128), default=None)
+
+
+class Operator(Base):
+    """A person who operates the whole installation: creates tenants, sets any
+    tenant's quotas and acts as an admin in every tenant. The first user of a fresh
+    home is one (:mod:`nbcast.governance.roles`)."""
+
+    __tablename__ = "operators"
+
+    name: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    granted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    granted_by: Mapped[str] = mapped_column(sa.String(128))
+
+
+_BIGINT = sa.BigInteger().with_variant(sa.Integer, "sqlite")
+
+
+class AuditEntry(Base):
+    """One entry of a tenant's hash-chained audit log (:mod:`nbcast.governance.audit`).
+    Append-only: on PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "seq", name="uq_audit_log_tenant_seq"),
+        sa.Index("ix_audit_log_tenant_at", "tenant_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    seq: Mapped[int] = mapped_column(sa.BigInteger)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(sa.String(128))
+    action: Mapped[str] = mapped_column(sa.String(64))
+    object: Mapped[str] = mapped_column(sa.String(255))
+    details: Mapped[str] = mapped_column(sa.Text)
+    """The canonical JSON text that was hashed (kept as text, so it is what was hashed)."""
+    prev_hash: Mapped[str] = mapped_column(sa.String(64))
+    hash: Mapped[str] = mapped_column(sa.String(64))
+
+
+class AuditHead(Base):
+    """A tenant's last audit entry: its ``seq`` and hash (so entries removed from the
+    end of the chain are found too)."""
+
+    __tablename__ = "audit_heads"
+
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(sa.BigInteger)
+    hash: Mapped[str] = mapped_column(sa.String(64))
+    updated_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class ServiceHeartbeat(Base):

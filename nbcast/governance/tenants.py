@@ -1,25 +1,51 @@
-"""Looking up and creating tenants and users."""
+"""Tenants and their quotas: the commands behind ``nbcast tenants`` and the API's
+tenant routes, and the plain lookups the planes use.
+
+Commands check who asks (:mod:`nbcast.governance.roles`) and are audited:
+
+- :func:`create_tenant` — operators only; names the tenant's first admin at once when
+  asked, so nobody else can claim it;
+- :func:`change_quota` — an admin of that tenant, or an operator; every value within
+  :data:`QUOTA_BOUNDS`;
+- :func:`list_tenants` — operators only, keyset-paginated by name;
+- :func:`tenant_record` — an operator, or a member of that tenant.
+
+:func:`get_tenant`, :func:`ensure_tenant`, :func:`all_tenants` and :func:`set_quota`
+are the unchecked lookups and writes the planes and tests build on.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
+from nbcast.clock import Clock, format_instant
 from nbcast.config import TENANT_NAME
-from nbcast.errors import ConfigError
+from nbcast.db import Database
+from nbcast.errors import ConfigError, ConflictError, NotFoundError
+from nbcast.governance import audit
 from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
 
 __all__ = [
+    "QUOTA_BOUNDS",
     "QUOTA_FIELDS",
+    "TenantRecord",
+    "all_tenants",
+    "change_quota",
+    "create_tenant",
     "ensure_tenant",
     "ensure_user",
     "get_tenant",
     "list_tenants",
     "set_quota",
+    "tenant_record",
 ]
 
 
@@ -44,7 +70,9 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 
 
 def ensure_user(session: Session, tenant: Tenant, name: str) -> User:
-    """The user ``name`` of ``tenant``, created (role ``author``) if missing."""
+    """The user ``name`` of ``tenant``, created (role ``viewer``) if missing: for rows
+    that name a person (a version's author) — roles are granted only through
+    :mod:`nbcast.governance.members`."""
     user = session.scalar(sa.select(User).where(User.tenant_id == tenant.id, User.name == name))
     if user is None:
         user = User(tenant_id=tenant.id, name=name)
@@ -100,6 +128,148 @@ def set_quota(session: Session, name: str, **values: Any) -> Tenant:
     return tenant
 
 
-def list_tenants(session: Session) -> list[Tenant]:
-    """Every tenant, by name."""
+def all_tenants(session: Session) -> list[Tenant]:
+    """Every tenant, by name (unchecked: for the planes, e.g. Ray's resources)."""
     return list(session.scalars(sa.select(Tenant).order_by(Tenant.name)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantRecord:
+    """A tenant and its quotas."""
+
+    name: str
+    created_at: datetime
+    quotas: dict[str, Any]
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantRecord:
+        """The record of ``tenant``."""
+        return cls(
+            name=tenant.name,
+            created_at=tenant.created_at,
+            quotas={field: getattr(tenant, field) for field in QUOTA_FIELDS},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (``nbcast tenants list --json``, the API's ``Tenant``)."""
+        return {"name": self.name, "created_at": format_instant(self.created_at), **self.quotas}
+
+
+def create_tenant(
+    db: Database, clock: Clock, caller: Caller, name: str, *, admin: str | None = None, **quota: Any
+) -> TenantRecord:
+    """Create tenant ``name`` with optional quotas and first admin (operators only)."""
+    from nbcast.governance.roles import Role, require_operator
+
+    now = clock.now()
+    with db.session() as session:
+        require_operator(session, caller, "creating a tenant", now)
+        if session.scalar(sa.select(Tenant.id).where(Tenant.name == name)) is not None:
+            raise ConflictError(f"tenant {clip(name)} exists already")
+        tenant = ensure_tenant(session, name)
+        tenant.created_at = now
+        set_quota(session, name, **quota)
+        audit.record(
+            session,
+            tenant.id,
+            actor=caller.user,
+            action=audit.Action.tenant_created,
+            obj=f"tenant:{name}",
+            at=now,
+            details={"quotas": quota, "admin": admin},
+        )
+        if admin is not None:
+            from nbcast.governance.members import USER_NAME
+
+            if not USER_NAME.fullmatch(admin):
+                raise ConfigError(f"admin {clip(admin)} must be 1-128 printable characters")
+            session.add(
+                User(
+                    tenant_id=tenant.id,
+                    name=admin,
+                    role=Role.admin.value,
+                    created_at=now,
+                    added_by=caller.user,
+                )
+            )
+            audit.record(
+                session,
+                tenant.id,
+                actor=caller.user,
+                action=audit.Action.role_granted,
+                obj=f"user:{admin}",
+                at=now,
+                details={"role": Role.admin.value, "how": "named when the tenant was created"},
+            )
+        return TenantRecord.of(tenant)
+
+
+def change_quota(
+    db: Database, clock: Clock, caller: Caller, name: str, **values: Any
+) -> TenantRecord:
+    """Change quotas of tenant ``name`` (:func:`set_quota`'s checks): an admin of that
+    tenant, or an operator; audited with the values before and after."""
+    from nbcast.governance.roles import Role, is_operator, require
+
+    if not values:
+        raise ConfigError("name at least one quota to change")
+    now = clock.now()
+    with db.session() as session:
+        if not is_operator(session, caller.user):
+            require(
+                session, Caller(tenant=name, user=caller.user), Role.admin, "changing quotas", now
+            )
+        tenant = get_tenant(session, name)
+        before = {field: getattr(tenant, field) for field in values if field in QUOTA_FIELDS}
+        set_quota(session, name, **values)
+        audit.record(
+            session,
+            tenant.id,
+            actor=caller.user,
+            action=audit.Action.quota_changed,
+            obj=f"tenant:{name}",
+            at=now,
+            details={"from": before, "to": {f: getattr(tenant, f) for f in before}},
+        )
+        return TenantRecord.of(tenant)
+
+
+def list_tenants(
+    session: Session,
+    caller: Caller,
+    now: datetime,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Page[TenantRecord]:
+    """Every tenant, by name, a page at a time (operators only)."""
+    from nbcast.governance.roles import require_operator
+
+    require_operator(session, caller, "listing every tenant", now)
+    size = page_limit(limit)
+    query = sa.select(Tenant).order_by(Tenant.name).limit(size + 1)
+    if after is not None:
+        (last,) = decode_cursor(after, [str])
+        query = query.where(Tenant.name > last)
+    rows = list(session.scalars(query))
+    more = len(rows) > size
+    items = [TenantRecord.of(t) for t in rows[:size]]
+    return Page(items, encode_cursor(items[-1].name) if more and items else None)
+
+
+def tenant_record(session: Session, caller: Caller, name: str, now: datetime) -> TenantRecord:
+    """Tenant ``name``: for an operator, or a member of it (anyone else: not found)."""
+    from nbcast.errors import AccessDeniedError
+    from nbcast.governance.roles import Role, is_operator, require
+
+    if not is_operator(session, caller.user):
+        if name != caller.tenant:
+            raise NotFoundError(f"no tenant {clip(name)}")
+        try:
+            require(session, caller, Role.viewer, "reading the tenant", now)
+        except AccessDeniedError:
+            raise NotFoundError(f"no tenant {clip(name)}") from None
+    try:
+        return TenantRecord.of(get_tenant(session, name))
+    except ConfigError:
+        raise NotFoundError(f"no tenant {clip(name)}") from None

@@ -165,10 +165,10 @@ class RayEngine(Engine):
         """Join the cluster at ``address`` (else start a local Ray declaring every
         tenant's resource at its concurrency quota, in ``NBCAST_RAY_TEMP_DIR`` if set);
         without ``warm_kernels``, Ray workers start a fresh kernel per run."""
-        from nbcast.governance.tenants import list_tenants
+        from nbcast.governance.tenants import all_tenants
 
         with db.session() as session:
-            tenants = {t.name: t.max_concurrent_runs for t in list_tenants(session)}
+            tenants = {t.name: t.max_concurrent_runs for t in all_tenants(session)}
         if not warm_kernels:
             os.environ["NBCAST_RAY_WARM_KERNELS"] = "0"  # read by the Ray task body
         return cls(

@@ -21,8 +21,8 @@ from nbcast.governance.models import Tenant
 from nbcast.governance.tenants import (
     QUOTA_BOUNDS,
     QUOTA_FIELDS,
+    all_tenants,
     get_tenant,
-    list_tenants,
     set_quota,
 )
 from nbcast.server_extension.errors import ApiError
@@ -131,7 +131,7 @@ class TenantsHandler(_TenantBase):
 
     def _all(self) -> list[dict[str, Any]]:
         with self.state.db.session() as session:
-            return [tenant_json(t) for t in list_tenants(session)]
+            return [tenant_json(t) for t in all_tenants(session)]
 
 
 @route(

@@ -1,0 +1,479 @@
+"""The audit log: append-only, hash-chained per tenant, written with the change it records.
+
+Every state change a person (or a plane, on their behalf) makes is one **entry**:
+``seq`` (1, 2, 3 … per tenant, no gaps), ``at``, ``actor``, ``action``
+(:class:`Action`), ``object`` (what it acted on: ``definition:daily-sales``,
+``run:42``), ``details`` (a small JSON object), the previous entry's hash and its
+own. The hash is SHA-256 over the previous hash and the entry's canonical encoding
+(:func:`canonical`): the entry's fields as a JSON array, keys sorted, no spaces,
+ASCII only, the instant as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``. So an entry that is
+edited, deleted, inserted or moved breaks the chain at that point, and
+:func:`verify` names the first broken entry. ``audit_heads`` keeps each tenant's last
+``seq`` and hash, so removing entries from the end is found too.
+
+**Written in the transaction of the change.** :func:`record` only notes the entry on
+the session; a ``before_commit`` hook appends every noted entry of the transaction
+at commit time — after the change itself, holding each tenant's head row (locked in
+tenant order, so two transactions never deadlock on heads) only for the moment the
+appends take. A change that rolls back leaves no entry, and an entry never exists
+without its change.
+
+**Append-only.** On PostgreSQL a trigger refuses ``UPDATE``, ``DELETE`` and
+``TRUNCATE`` on ``audit_log`` (migration 0011); retention never deletes entries. On
+SQLite (a file private to its user) the chain is the guard: whoever can edit the file
+can edit rows, and :func:`verify` finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from nbcast.clock import format_instant
+from nbcast.governance.models import AuditEntry, AuditHead
+
+__all__ = [
+    "GENESIS",
+    "Action",
+    "AuditRecord",
+    "Break",
+    "canonical",
+    "chain_hash",
+    "entries",
+    "export_log",
+    "record",
+    "trail",
+    "verify",
+    "verify_log",
+]
+
+GENESIS = "0" * 64
+"""The ``prev_hash`` of a tenant's first entry."""
+
+MAX_DETAILS = 4_096
+"""Characters of canonical ``details`` kept; longer details are cut with a marker."""
+
+_PENDING = "nbcast_audit_pending"
+
+
+class Action(StrEnum):
+    """What an audit entry records."""
+
+    definition_published = "definition.published"
+    """A new version was stored (``details``: version, sha256, message)."""
+    schedule_changed = "schedule.changed"
+    """A publish changed the schedule (``details``: from, to)."""
+    definition_paused = "definition.paused"
+    definition_resumed = "definition.resumed"
+    run_requested = "run.requested"
+    """A manual run (run now), with its parameters."""
+    run_rerun = "run.rerun"
+    backfill_requested = "backfill.requested"
+    run_cancel_requested = "run.cancel_requested"
+    deliveries_retried = "deliveries.retried"
+    tenant_created = "tenant.created"
+    quota_changed = "quota.changed"
+    budget_changed = "budget.changed"
+    retention_changed = "retention.changed"
+    user_added = "user.added"
+    role_granted = "role.granted"
+    role_revoked = "role.revoked"
+    operator_granted = "operator.granted"
+    operator_revoked = "operator.revoked"
+    link_created = "link.created"
+    link_opened = "link.opened"
+    link_revoked = "link.revoked"
+    unsubscribed = "subscription.unsubscribed"
+    delivery_sent = "delivery.sent"
+    delivery_failed = "delivery.failed"
+    delivery_suppressed = "delivery.suppressed"
+    retention_deleted = "retention.deleted"
+    """A retention pass deleted rows or artifacts (``details``: counts, and for runs
+    the per-day count and hash of the slot rows deleted, so their existence stays
+    provable)."""
+    sla_missed = "sla.missed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRecord:
+    """One entry as :func:`entries` and ``audit export`` give it."""
+
+    tenant: str
+    seq: int
+    at: datetime
+    actor: str
+    action: str
+    object: str
+    details: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (one line of ``nbcast audit export``)."""
+        return {
+            "tenant": self.tenant,
+            "seq": self.seq,
+            "at": format_instant(self.at),
+            "actor": self.actor,
+            "action": self.action,
+            "object": self.object,
+            "details": self.details,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+def _instant(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _details_text(details: Mapping[str, Any] | None) -> str:
+    text = json.dumps(
+        dict(details or {}), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    )
+    if len(text) > MAX_DETAILS:
+        text = json.dumps({"truncated": text[:MAX_DETAILS]}, separators=(",", ":"))
+    return text
+
+
+def canonical(
+    tenant_id: int, seq: int, at: datetime, actor: str, action: str, obj: str, details: str
+) -> bytes:
+    """The canonical encoding of an entry (module docstring); ``details`` is the
+    stored canonical JSON text."""
+    fields = [tenant_id, seq, _instant(at), actor, action, obj]
+    head = json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
+    return (head[:-1] + "," + details + "]").encode("ascii")
+
+
+def chain_hash(prev_hash: str, encoded: bytes) -> str:
+    """The hash of an entry whose canonical encoding is ``encoded``."""
+    return hashlib.sha256(prev_hash.encode("ascii") + b"\n" + encoded).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Noted:
+    tenant_id: int
+    at: datetime
+    actor: str
+    action: str
+    object: str
+    details: str
+
+
+def record(
+    session: Session,
+    tenant_id: int,
+    *,
+    actor: str,
+    action: Action,
+    obj: str,
+    at: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    """Note an entry; it is appended when ``session``'s transaction commits (module
+    docstring)."""
+    if at.tzinfo is None:
+        raise ValueError("an audit instant must be aware")
+    pending: list[_Noted] = session.info.setdefault(_PENDING, [])
+    pending.append(
+        _Noted(
+            tenant_id,
+            at.astimezone(UTC),
+            actor[:128],
+            action.value,
+            obj[:255],
+            _details_text(details),
+        )
+    )
+
+
+@event.listens_for(Session, "before_commit")
+def _append_pending(session: Session) -> None:
+    pending: list[_Noted] = session.info.pop(_PENDING, [])
+    if pending:
+        append(session, pending)
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_pending(session: Session) -> None:
+    session.info.pop(_PENDING, None)
+
+
+def append(session: Session, noted: list[_Noted]) -> None:
+    """Append ``noted`` entries now, chaining each tenant's after its head."""
+    by_tenant: dict[int, list[_Noted]] = {}
+    for item in noted:
+        by_tenant.setdefault(item.tenant_id, []).append(item)
+    dialect = session.get_bind().dialect.name
+    for tenant_id in sorted(by_tenant):
+        seq, prev = _lock_head(session, tenant_id, dialect)
+        rows: list[dict[str, Any]] = []
+        for item in by_tenant[tenant_id]:
+            seq += 1
+            digest = chain_hash(
+                prev,
+                canonical(
+                    tenant_id, seq, item.at, item.actor, item.action, item.object, item.details
+                ),
+            )
+            rows.append(
+                {
+                    "tenant_id": tenant_id,
+                    "seq": seq,
+                    "at": item.at,
+                    "actor": item.actor,
+                    "action": item.action,
+                    "object": item.object,
+                    "details": item.details,
+                    "prev_hash": prev,
+                    "hash": digest,
+                }
+            )
+            prev = digest
+        session.execute(sa.insert(AuditEntry), rows)
+        session.execute(
+            sa.update(AuditHead)
+            .where(AuditHead.tenant_id == tenant_id)
+            .values(seq=seq, hash=prev, updated_at=rows[-1]["at"])
+        )
+
+
+def _lock_head(session: Session, tenant_id: int, dialect: str) -> tuple[int, str]:
+    """The tenant's head (last seq and hash), locked for this transaction."""
+    query = sa.select(AuditHead.seq, AuditHead.hash).where(AuditHead.tenant_id == tenant_id)
+    if dialect == "postgresql":
+        query = query.with_for_update()
+    head = session.execute(query).one_or_none()
+    if head is None:
+        from nbcast.db import insert_ignore
+
+        session.execute(
+            insert_ignore(
+                AuditHead,
+                [{"tenant_id": tenant_id, "seq": 0, "hash": GENESIS, "updated_at": None}],
+                dialect,
+            )
+        )
+        head = session.execute(query).one()
+    return int(head.seq), str(head.hash)
+
+
+# -- reading and verifying ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Break:
+    """The first entry at which a tenant's chain does not hold."""
+
+    tenant: str
+    seq: int
+    """The ``seq`` expected there (for a missing entry) or found there."""
+    problem: str
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant}: entry {self.seq}: {self.problem}"
+
+
+_BATCH = 20_000
+
+
+def _rows(
+    session: Session, tenant_id: int, since: datetime | None = None, until: datetime | None = None
+) -> Iterator[Any]:
+    """A tenant's entries in ``seq`` order, read in keyset batches."""
+    after = 0
+    columns = (
+        AuditEntry.seq,
+        AuditEntry.at,
+        AuditEntry.actor,
+        AuditEntry.action,
+        AuditEntry.object,
+        AuditEntry.details,
+        AuditEntry.prev_hash,
+        AuditEntry.hash,
+    )
+    while True:
+        query = (
+            sa.select(*columns)
+            .where(AuditEntry.tenant_id == tenant_id, AuditEntry.seq > after)
+            .order_by(AuditEntry.seq)
+            .limit(_BATCH)
+        )
+        if since is not None:
+            query = query.where(AuditEntry.at >= since)
+        if until is not None:
+            query = query.where(AuditEntry.at < until)
+        batch = session.execute(query).all()
+        yield from batch
+        if len(batch) < _BATCH:
+            return
+        after = batch[-1].seq
+
+
+def verify_tenant(session: Session, tenant_id: int, tenant: str) -> tuple[int, Break | None]:
+    """How many entries of the tenant hold, and the first break (None: all hold)."""
+    expected, prev, checked = 1, GENESIS, 0
+    for row in _rows(session, tenant_id):
+        if row.seq != expected:
+            problem = (
+                f"missing (the next entry is {row.seq})"
+                if row.seq > expected
+                else f"out of order (seq {row.seq} after {expected - 1})"
+            )
+            return checked, Break(tenant=tenant, seq=expected, problem=problem)
+        if row.prev_hash != prev:
+            return checked, Break(
+                tenant=tenant,
+                seq=row.seq,
+                problem="its previous hash is not the hash of the entry before it "
+                "(an entry was inserted, removed or moved)",
+            )
+        digest = chain_hash(
+            prev,
+            canonical(tenant_id, row.seq, row.at, row.actor, row.action, row.object, row.details),
+        )
+        if digest != row.hash:
+            return checked, Break(
+                tenant=tenant, seq=row.seq, problem="its content does not match its hash (edited)"
+            )
+        prev, expected, checked = row.hash, expected + 1, checked + 1
+    head = session.execute(
+        sa.select(AuditHead.seq, AuditHead.hash).where(AuditHead.tenant_id == tenant_id)
+    ).one_or_none()
+    last = expected - 1
+    if head is None:
+        if last:
+            return checked, Break(tenant=tenant, seq=last, problem="the chain has no head")
+        return checked, None
+    if (int(head.seq), str(head.hash)) != (last, prev):
+        return checked, Break(
+            tenant=tenant,
+            seq=last + 1 if int(head.seq) > last else int(head.seq),
+            problem=f"the head says the chain ends at {head.seq}, it ends at {last} "
+            "(entries were removed from the end, or added without the head)",
+        )
+    return checked, None
+
+
+def verify(session: Session, tenant_ids: Mapping[int, str]) -> tuple[int, Break | None]:
+    """Check the chains of ``tenant_ids`` ({id: name}); how many entries hold, and the
+    first break found (tenants in name order)."""
+    total = 0
+    for tenant_id, name in sorted(tenant_ids.items(), key=lambda item: item[1]):
+        checked, broken = verify_tenant(session, tenant_id, name)
+        total += checked
+        if broken is not None:
+            return total, broken
+    return total, None
+
+
+def entries(
+    session: Session,
+    tenant_id: int,
+    tenant: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Iterator[AuditRecord]:
+    """The tenant's entries in ``seq`` order, optionally within ``[since, until)``."""
+    for row in _rows(session, tenant_id, since, until):
+        yield AuditRecord(
+            tenant=tenant,
+            seq=row.seq,
+            at=row.at,
+            actor=row.actor,
+            action=row.action,
+            object=row.object,
+            details=json.loads(row.details),
+            prev_hash=row.prev_hash,
+            hash=row.hash,
+        )
+
+
+# -- the commands: who may read and check a tenant's trail -----------------------------
+
+
+def verify_log(
+    session: Session, caller: Any, now: datetime, *, every_tenant: bool = False
+) -> tuple[int, int, Break | None]:
+    """Verify the caller's tenant's chain (its admins), or every tenant's (operators,
+    ``every_tenant``): how many tenants and entries were checked, and the first break."""
+    from nbcast.governance.models import Tenant
+    from nbcast.governance.roles import Role, require, require_operator
+
+    if every_tenant:
+        require_operator(session, caller, "verifying every tenant's audit log", now)
+        tenants = dict(session.execute(sa.select(Tenant.id, Tenant.name)).tuples().all())
+    else:
+        tenant = require(session, caller, Role.admin, "verifying the audit log", now).tenant
+        tenants = {tenant.id: tenant.name}
+    checked, broken = verify(session, tenants)
+    return len(tenants), checked, broken
+
+
+def export_log(
+    session: Session,
+    caller: Any,
+    now: datetime,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Iterator[AuditRecord]:
+    """The caller's tenant's entries within ``[since, until)`` (its admins)."""
+    from nbcast.governance.roles import Role, require
+
+    tenant = require(session, caller, Role.admin, "reading the audit log", now).tenant
+    yield from entries(session, tenant.id, tenant.name, since=since, until=until)
+
+
+def trail(
+    session: Session,
+    caller: Any,
+    now: datetime,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Any:
+    """The caller's tenant's newest entries first, a page at a time (its admins): what
+    the API and the status page show."""
+    from nbcast.access import Page, decode_cursor, encode_cursor, page_limit
+    from nbcast.governance.roles import Role, require
+
+    tenant = require(session, caller, Role.admin, "reading the audit log", now).tenant
+    size = page_limit(limit)
+    query = (
+        sa.select(AuditEntry)
+        .where(AuditEntry.tenant_id == tenant.id)
+        .order_by(AuditEntry.seq.desc())
+        .limit(size + 1)
+    )
+    if after is not None:
+        (last,) = decode_cursor(after, [int])
+        query = query.where(AuditEntry.seq < last)
+    rows = list(session.scalars(query))
+    more = len(rows) > size
+    items = [
+        AuditRecord(
+            tenant=tenant.name,
+            seq=row.seq,
+            at=row.at,
+            actor=row.actor,
+            action=row.action,
+            object=row.object,
+            details=json.loads(row.details),
+            prev_hash=row.prev_hash,
+            hash=row.hash,
+        )
+        for row in rows[:size]
+    ]
+    return Page(items, encode_cursor(items[-1].seq) if more and items else None)
