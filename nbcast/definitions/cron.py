@@ -14,6 +14,10 @@ either. So ``0 0 1 * mon`` fires on the 1st *and* on every Monday, while
 
 An expression compiles to sorted tuples of allowed values, so matching a day or
 listing a day's times costs set look-ups, not per-minute parsing.
+
+Error messages echo at most :data:`~nbcast.limits.ECHO_CHARS` characters of the
+expression or of a field, and a number of more than :data:`_MAX_DIGITS` digits is out
+of range without being converted (Python refuses to convert one of 4,300 digits).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from nbcast.errors import ScheduleError
+from nbcast.limits import clip
 
 __all__ = ["CronExpression"]
 
@@ -51,17 +56,33 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("day of week", 0, 7, _DAYS),
 )
 _ITEM = re.compile(r"(?:(\*)|([0-9a-z]+)(?:-([0-9a-z]+))?)(?:/([0-9]+))?")
+_MAX_DIGITS = 9
+"""Digits (after leading zeros) a number in a field may have; a longer one is out of
+range, as every field's values are below 60."""
+
+
+def _number(digits: str) -> int:
+    """``digits`` as a number, or one past every field's range if it is too long
+    (leading zeros do not count)."""
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= _MAX_DIGITS else 10**_MAX_DIGITS
+
+
+def _shown(digits: str) -> str:
+    """A number as echoed in a message: as written, cut at 20 digits."""
+    return digits if len(digits) <= 20 else digits[:19] + "…"
 
 
 def _value(token: str, name: str, low: int, high: int, names: dict[str, int]) -> int:
     if token.isdigit():
-        number = int(token)
+        number = _number(token)
     elif token in names:
         number = names[token]
     else:
-        raise ScheduleError(f"cron {name}: {token!r} is not a number or a known name")
+        raise ScheduleError(f"cron {name}: {clip(token)} is not a number or a known name")
     if not low <= number <= high:
-        raise ScheduleError(f"cron {name}: {number} is outside {low}-{high}")
+        shown = _shown(token) if token.isdigit() else str(number)
+        raise ScheduleError(f"cron {name}: {shown} is outside {low}-{high}")
     return number
 
 
@@ -70,11 +91,11 @@ def _parse_field(text: str, name: str, low: int, high: int, names: dict[str, int
     for item in text.split(","):
         match = _ITEM.fullmatch(item)
         if not match:
-            raise ScheduleError(f"cron {name}: cannot parse {item!r}")
+            raise ScheduleError(f"cron {name}: cannot parse {clip(item)}")
         star, first, last, step_text = match.groups()
-        step = int(step_text) if step_text else 1
+        step = _number(step_text) if step_text else 1
         if step < 1 or step > high - low + 1:
-            raise ScheduleError(f"cron {name}: step {step_text} is out of range")
+            raise ScheduleError(f"cron {name}: step {_shown(step_text)} is out of range")
         if star:
             start, stop = low, high
         else:
@@ -82,7 +103,7 @@ def _parse_field(text: str, name: str, low: int, high: int, names: dict[str, int
             if last is not None:
                 stop = _value(last, name, low, high, names)
                 if stop < start:
-                    raise ScheduleError(f"cron {name}: range {item!r} runs backwards")
+                    raise ScheduleError(f"cron {name}: range {clip(item)} runs backwards")
             else:
                 stop = high if step_text else start
         values.update(range(start, stop + 1, step))
@@ -116,12 +137,12 @@ class CronExpression:
         source = text.strip().lower()
         if source.startswith("@"):
             if source not in _MACROS:
-                raise ScheduleError(f"cron: unknown macro {text.strip()!r}")
+                raise ScheduleError(f"cron: unknown macro {clip(text.strip())}")
             source = _MACROS[source]
         fields = source.split()
         if len(fields) != 5:
             raise ScheduleError(
-                f"cron: {text.strip()!r} has {len(fields)} fields; five are needed "
+                f"cron: {clip(text.strip())} has {len(fields)} fields; five are needed "
                 "(minute hour day-of-month month day-of-week)"
             )
         parsed = [
