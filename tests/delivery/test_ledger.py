@@ -17,8 +17,9 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.access import Caller
-from nbcast.clock import FixedClock
+from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
+from nbcast.definitions.versions import publish
 from nbcast.delivery.channels.email import EmailChannel
 from nbcast.delivery.channels.link import LinkChannel
 from nbcast.delivery.intake import consume_outbox
@@ -29,11 +30,16 @@ from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
 from nbcast.errors import RenderError, TransientChannelError
-from nbcast.scheduler.control import backfill
+from nbcast.executor.engines.local import LocalEngine
+from nbcast.executor.worker import Worker
+from nbcast.scheduler.control import backfill, run_now
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
 from nbcast.testing.smtp import smtp_server
-from tests.delivery.plane import SIGNER, Plane, receipts
+from tests.delivery.plane import LOOPBACK, SIGNER, Plane, receipts
+from tests.executor.test_early_exit import TABLE_AFTER, TABLE_BEFORE, code_cell
+from tests.executor.test_worker import run_state
+from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
@@ -488,4 +494,49 @@ def test_unsubscribing_an_address_ignores_its_case(plane: Plane) -> None:
     assert [(r["channel"], r["state"], r["reason"]) for r in receipts(plane)] == [
         ("link", "SENT", None),
         ("email", "SUPPRESSED", "unsubscribed"),
+    ]
+
+
+def test_a_report_that_ended_early_has_no_results(plane: Plane) -> None:
+    """Issue 9 finding 13 end to end: a real kernel runs a report that records a table
+    with rows and then calls ``sys.exit()``; the run is SUCCEEDED ``ended_early``, the
+    ``only_if: results`` subscription is SUPPRESSED ``no_results`` (its table had a row:
+    the early exit is what counts) and the unconditional one still gets the report."""
+    path = make_notebook(
+        plane.folder / "quiet-day.ipynb",
+        parameters="n = 10\n",
+        body=TABLE_BEFORE,
+        nbcast={
+            "name": "quiet-day",
+            "subscriptions": [
+                {"channel": "link", "to": "a@example.com", "only_if": "results"},
+                {"channel": "link", "to": "b@example.com"},
+            ],
+        },
+        extra_cells=[
+            code_cell("import sys\nsys.exit()", "exit"),
+            code_cell(TABLE_AFTER, "after"),
+        ],
+    )
+    # The worker runs on the system clock: a fixed clock would move on with each of its
+    # waits, past its lease while the kernel runs.
+    plane.clock.set(datetime.now(UTC))
+    publish(plane.db, path, tenant="default", author="t", now=plane.clock.now(), environ=LOOPBACK)
+    run_id = run_now(plane.db, plane.clock, Caller(tenant="default", user="t"), "quiet-day", {})
+    with LocalEngine(capacity=1, pool_size=1) as engine:
+        Worker(
+            plane.db,
+            SystemClock(),
+            engine,
+            name="test-worker",
+            artifacts=str(plane.store.root),
+            work_dir=str(plane.folder / "runs"),
+        ).run(exit_when_idle=True)
+    run = run_state(plane.db, run_id)
+    assert (run.state, run.reason) == ("SUCCEEDED", "ended_early")
+    plane.clock.set(datetime.now(UTC))
+    plane.pump(plane.ledger({"link": LinkChannel()}), plane.renders())
+    assert [(r["recipient"], r["state"], r["reason"]) for r in receipts(plane)] == [
+        ("a@example.com", "SUPPRESSED", "no_results"),
+        ("b@example.com", "SENT", None),
     ]
