@@ -9,12 +9,17 @@ them:
 - ``notebook_4mb``: about 4 MB of normalized JSON (the publish limit) in 2,000 code
   and markdown cells, with 20 cells edited, 5 inserted, 5 deleted, the ``nbcast``
   block changed and one 20,000-character line changed;
-- ``one_cell_4mb``: one 4 MB code cell of 57,000 lines, 50 of them edited.
+- ``one_cell_4mb``: one 4 MB code cell of 57,000 lines, 50 of them edited;
+- ``one_cell_40k_lines``: one 4 MB code cell of 40,000 lines, 5,700 of them edited (the
+  budget runs out early: most changes are lines removed and inserted);
+- ``reordered_15k_cells``: 15,000 small cells (4 MB), every one moved and given a new
+  id (no id, no content anchors the order).
 
 For each case, ``nbcast_diff_s`` is the best of ``repeat`` runs of
-``diff_notebooks_bounded`` (what ``nbcast diff --json`` computes) and
-``nbcast_render_s`` of ``render_diff`` (``nbcast diff``; it parses the stored JSON
-too). The reference runs in a subprocess, killed after ``limit`` seconds (reported
+``diff_notebooks_bounded`` on the notebooks as ``json.loads`` gives them,
+``nbcast_json_s`` of ``diff_versions`` (what ``nbcast diff --json`` computes, parsing
+the stored JSON included) and ``nbcast_render_s`` of ``render_diff`` (``nbcast diff``,
+parsing included). The reference runs in a subprocess, killed after ``limit`` seconds (reported
 as ``">30 s"``) and capped at 4 GB of memory (``"out of memory"``): plain
 ``nbdime.diff_notebooks`` (``nbdime_diff_s``) and then nbdime's pretty printer as
 nbcast used it before (``nbdime_render_s``, diff included). ``diff_speedup`` is the
@@ -36,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nbcast.definitions.diff import diff_notebooks_bounded
+from nbcast.definitions.diff import diff_notebooks_bounded, diff_versions
 from nbcast.definitions.diff_render import render_diff
 from nbcast.definitions.notebook import canonical_json, notebook_sha256
 from nbcast.definitions.queries import VersionInfo
@@ -139,6 +144,33 @@ def one_cell_case(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
     return _notebook([_cell("big", "".join(lines))]), _notebook([_cell("big", "".join(edited))])
 
 
+def long_cell_case(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One 4 MB code cell of 40,000 lines, 5,700 of them edited."""
+    lines = [f"{_line(rng, 90)} {i}\n" for i in range(40_000)]
+    edited = list(lines)
+    for index in rng.sample(range(40_000), 5_700):
+        edited[index] = edited[index].replace(" ", "_", 1)
+    return _notebook([_cell("big", "".join(lines))]), _notebook([_cell("big", "".join(edited))])
+
+
+def reordered_case(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """15,000 small cells (4 MB), all of them moved and given new ids."""
+    cells = [
+        _cell(
+            f"c{i}",
+            "\n".join(_line(rng) for _ in range(3)) + "\n",
+            rng.choice(["code", "markdown"]),
+        )
+        for i in range(15_000)
+    ]
+    old = _notebook(cells)
+    new = copy.deepcopy(old)
+    rng.shuffle(new["cells"])
+    for n, cell in enumerate(new["cells"]):
+        cell["id"] = f"n{n}"
+    return old, new
+
+
 def _version(notebook: dict[str, Any], number: int) -> VersionInfo:
     return VersionInfo(
         definition="bench",
@@ -195,15 +227,14 @@ def measure(
     name: str, old: dict[str, Any], new: dict[str, Any], limit: float, repeat: int
 ) -> dict[str, Any]:
     """Time nbcast's bounded diff and render of one case, and the reference beside them."""
-    import nbformat
-
-    a, b = nbformat.from_dict(copy.deepcopy(old)), nbformat.from_dict(copy.deepcopy(new))
     before, after = _version(old, 1), _version(new, 2)
+    a, b = before.notebook, after.notebook
     record: dict[str, Any] = {
         "case": name,
         "notebook_bytes": max(len(before.notebook_json), len(after.notebook_json)),
         "cells": max(len(old["cells"]), len(new["cells"])),
         "nbcast_diff_s": round(_best(repeat, lambda: diff_notebooks_bounded(a, b)), 4),
+        "nbcast_json_s": round(_best(repeat, lambda: diff_versions(before, after)), 4),
         "nbcast_render_s": round(_best(repeat, lambda: render_diff(before, after)), 4),
     }
     record.update(reference(old, new, limit))
@@ -227,6 +258,8 @@ def main() -> None:
         "line_50k": long_line_case(rng, 50_000),
         "notebook_4mb": many_cells_case(rng),
         "one_cell_4mb": one_cell_case(rng),
+        "one_cell_40k_lines": long_cell_case(rng),
+        "reordered_15k_cells": reordered_case(rng),
     }
     results = [measure(name, *pair, args.limit, args.repeat) for name, pair in cases.items()]
     print(json.dumps({"benchmark": "diff", "limit_s": args.limit, "results": results}, indent=2))

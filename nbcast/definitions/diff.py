@@ -42,21 +42,29 @@ So two notebooks within the publish limit (4 MB of normalized JSON) diff in well
 under a second: besides the budget, the work is linear in their size. Outputs are
 not bounded specially (versions have none).
 
-:func:`render_diff` walks the diff with nbdime's printer, entry by entry, but
-patches changed strings line by line itself (``nbdime.patch`` rebuilds a string one
-character at a time: 0.8 s for 5 MB). Changed multiline strings are shown with the
-external ``diff`` as nbdime does, or with difflib in process when there are more
-than ``MAX_EXTERNAL_RENDERS`` (100) of them, rather than start a process each. The
-text stops at ``MAX_RENDER_CHARS`` (2,000,000) with a note; ``--json`` is complete.
+Versions are diffed as ``json.loads`` gives them, never as ``NotebookNode``:
+``nbformat.from_dict`` walks every value in Python (for 15,000 cells, longer than the
+diff). nbdime reads by attribute only when pairing two outputs, which get shallow
+views (:func:`attribute_view`). And the cyclic garbage collector is paused
+(:func:`collector_paused`) while a version is parsed, diffed and printed: a diff
+makes no cycles worth collecting, yet its allocations made the collector walk the
+versions' few hundred thousand containers again and again (up to a third of the
+time).
+
+Printing, bounded by ``MAX_EXTERNAL_RENDERS`` and ``MAX_RENDER_CHARS`` (``--json`` is
+complete), is :mod:`nbcast.definitions.diff_render`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import operator
+import threading
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from nbdime.diff_format import MappingDiffBuilder
@@ -75,6 +83,7 @@ from nbdime.diffing.notebooks import (
 )
 from nbdime.diffing.sequences import diff_strings_by_char
 from nbdime.diffing.snakes import compute_diff_from_snakes, compute_snakes_multilevel
+from nbformat.notebooknode import NotebookNode
 
 from nbcast.definitions.queries import VersionInfo
 
@@ -87,6 +96,8 @@ __all__ = [
     "MAX_EXTERNAL_RENDERS",
     "MAX_RENDER_CHARS",
     "WORK_BUDGET",
+    "attribute_view",
+    "collector_paused",
     "diff_notebooks_bounded",
     "diff_versions",
 ]
@@ -213,7 +224,7 @@ class _BoundedDiff:
                     "/cells": self.diff_cells,
                     "/cells/*/source": self.diff_text,
                     "/cells/*/outputs": diff_sequence_multilevel,
-                    "/cells/*/outputs/*": diff_single_outputs,
+                    "/cells/*/outputs/*": self.diff_output,
                     "/cells/*/attachments": self.diff_attachments,
                 },
             ),
@@ -288,7 +299,9 @@ class _BoundedDiff:
             p = _equal_run(ka, kb, i0, j0, min(i1 - i0, j1 - j0), 1)
             s = _equal_run(ka, kb, i1 - 1, j1 - 1, min(i1 - i0, j1 - j0) - p, -1)
             middle = (i0 + p, j0 + p, i1 - s, j1 - s)
-            anchors = _unique_anchors(ka, kb, middle)
+            # A 1x1 middle's one pair is the pair _equal_run has just found unequal.
+            single = middle[2] - middle[0] == 1 and middle[3] - middle[1] == 1
+            anchors = [] if single else _unique_anchors(ka, kb, middle)
             if not (p or s or anchors):
                 stack.append(("gap", i0, j0, i1, j1, level + 1))
                 continue
@@ -449,6 +462,11 @@ class _BoundedDiff:
         matched += sum(len(ma[i]) for i, _ in _unique_anchors(ma, mb, (0, 0, len(ma), len(mb))))
         return 2 * matched > threshold * total
 
+    def diff_output(self, a: Any, b: Any, path: str = "", config: Any = None) -> Diff:
+        """nbdime's ``diff_single_outputs`` (it reads and sets attributes), on views."""
+        result: Diff = diff_single_outputs(attribute_view(a), attribute_view(b), path, config)
+        return result
+
     def diff_attachments(
         self, a: dict[str, Any], b: dict[str, Any], path: str = "", config: Any = None
     ) -> Diff:
@@ -488,6 +506,14 @@ def _diff_mapping(
         di.add(key, b[key])
     result: Diff = di.validated()
     return result
+
+
+def attribute_view(value: Any) -> Any:
+    """A dict as a shallow ``NotebookNode`` (attribute access to its own keys, the
+    values shared, not converted); anything else as it is."""
+    if isinstance(value, dict) and not isinstance(value, NotebookNode):
+        return NotebookNode(value)
+    return value
 
 
 def _memoized(similar: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
@@ -534,29 +560,58 @@ def _cell_content(cell: Any) -> tuple[Any, str] | None:
     return (cell.get("cell_type"), source) if isinstance(source, str) else None
 
 
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (module docstring) while the block runs;
+    pauses nest and overlap across threads, and the last one to end restores it."""
+    global _collector_pauses, _collector_was_enabled
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_was_enabled:
+                gc.enable()
+
+
 def diff_notebooks_bounded(a: dict[str, Any], b: dict[str, Any]) -> Diff:
     """nbdime's notebook diff from ``a`` to ``b`` within this module's bounds.
 
-    ``a`` and ``b`` are nbformat v4 notebooks (``nbformat.from_dict``); the result is
-    an nbdime diff (``nbdime.patch(a, result) == b``).
+    ``a`` and ``b`` are nbformat v4 notebooks, as plain JSON (``json.loads``) or
+    ``NotebookNode`` alike (module docstring); the result is an nbdime diff
+    (``nbdime.patch(a, result) == b``).
     """
-    result: Diff = diff(a, b, path="", config=_BoundedDiff().config)
+    with collector_paused():
+        result: Diff = diff(a, b, path="", config=_BoundedDiff().config)
     return result
 
 
 def diff_versions(old: VersionInfo, new: VersionInfo) -> list[dict[str, Any]]:
     """nbdime's structured diff from ``old`` to ``new`` (JSON-serializable, bounded)."""
-    import nbformat
-
-    a = nbformat.from_dict(old.notebook)
-    b = nbformat.from_dict(new.notebook)
-    plain: list[dict[str, Any]] = _plain(diff_notebooks_bounded(a, b))
+    with collector_paused():
+        a, b = old.notebook, new.notebook
+        plain: list[dict[str, Any]] = _plain(diff_notebooks_bounded(a, b))
     return plain
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+def _plain(entries: Diff) -> list[dict[str, Any]]:
+    """Diff entries as plain dicts; the JSON they carry is shared, never walked."""
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        entry = dict(e)
+        if "diff" in entry:
+            entry["diff"] = _plain(entry["diff"])
+        if isinstance(entry.get("valuelist"), tuple):
+            entry["valuelist"] = list(entry["valuelist"])
+        out.append(entry)
+    return out

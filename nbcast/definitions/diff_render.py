@@ -7,6 +7,13 @@ one character at a time), and the text stops at
 :data:`~nbcast.definitions.diff.MAX_RENDER_CHARS` characters with a note (``--json``
 is never cut). With more than :data:`~nbcast.definitions.diff.MAX_EXTERNAL_RENDERS`
 changed text blocks, Python's difflib replaces the external ``diff`` program.
+
+The versions are diffed and printed as plain JSON (``json.loads``), never converted
+to ``NotebookNode`` (:mod:`nbcast.definitions.diff`). nbdime's printer reads one
+thing by attribute, a printed cell's ``metadata``, so the cells it may print — the
+old version's and those the diff inserts — are given as shallow ``NotebookNode``
+views (:func:`~nbcast.definitions.diff.attribute_view`): a dict copy per cell, their
+contents shared.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from nbcast.definitions.diff import (
     MAX_EXTERNAL_RENDERS,
     MAX_RENDER_CHARS,
     Diff,
+    attribute_view,
+    collector_paused,
     diff_notebooks_bounded,
 )
 from nbcast.definitions.queries import VersionInfo
@@ -39,13 +48,18 @@ __all__ = ["patch_text", "render_diff"]
 
 def render_diff(old: VersionInfo, new: VersionInfo, *, color: bool = False) -> str:
     """A readable terminal diff from ``old`` to ``new`` (empty string if identical)."""
-    import nbformat
+    with collector_paused():  # see nbcast.definitions.diff
+        return _render(old, new, color)
 
-    a = nbformat.from_dict(old.notebook)
-    b = nbformat.from_dict(new.notebook)
+
+def _render(old: VersionInfo, new: VersionInfo, color: bool) -> str:
+    a, b = old.notebook, new.notebook
     result = diff_notebooks_bounded(a, b)
     if not result:
         return ""
+    a = _printable_notebook(a)
+    for e in result:
+        _printable_entry(e)
     out = _CappedText(MAX_RENDER_CHARS)
     external = _string_patches(a, result) <= MAX_EXTERNAL_RENDERS
     config = PrettyPrintConfig(out=out, use_git=False, use_diff=external, use_color=color)
@@ -80,6 +94,28 @@ class _CappedText(io.StringIO):
             raise _Truncated
         self.size += super().write(text)
         return len(text)
+
+
+def _printable_notebook(notebook: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``notebook`` whose cells are attribute views (module docstring)."""
+    cells = notebook.get("cells")
+    return {**notebook, "cells": _views(cells)} if isinstance(cells, list) else notebook
+
+
+def _printable_entry(entry: Any) -> None:
+    """Make the cells a top-level diff entry holds attribute views, in place: an added
+    or replaced ``cells`` list, the cells a ``cells`` patch inserts."""
+    if entry.get("key") != "cells":
+        return
+    if isinstance(entry.get("value"), list):
+        entry["value"] = _views(entry["value"])
+    for e in entry.get("diff") or ():
+        if e.get("op") == DiffOp.ADDRANGE:
+            e["valuelist"] = _views(e["valuelist"])
+
+
+def _views(cells: list[Any]) -> list[Any]:
+    return [attribute_view(cell) for cell in cells]
 
 
 def _string_patches(value: Any, di: Diff) -> int:

@@ -8,8 +8,10 @@ old notebook into the new one with nbdime's own ``patch``.
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from nbcast.definitions.diff import (
     LONG_LINE,
     MAX_EXTERNAL_RENDERS,
     MAX_RENDER_CHARS,
+    collector_paused,
     diff_notebooks_bounded,
     diff_versions,
 )
@@ -302,3 +305,88 @@ def test_published_versions_diff_bounded(db: Database, tmp_path: Path) -> None:
     text = render_diff(old, new)
     assert "modified /cells/2/source" in text
     assert f"> {changed}" in text
+
+
+def _output(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"output_type": kind, **fields}
+
+
+def test_plain_json_diffs_as_nbdime_diffs_notebook_nodes() -> None:
+    """The diff takes notebooks as ``json.loads`` gives them — no ``NotebookNode``
+    anywhere — and finds what nbdime finds in their nodes, paired outputs included
+    (nbdime reads those by attribute); the notebooks themselves are left unchanged."""
+    table = _output(
+        "execute_result", execution_count=1, metadata={}, data={"text/plain": "   a\n0  1\n"}
+    )
+    old = _notebook(
+        [
+            _cell("params", 'region = "EMEA"\n', metadata={"tags": ["parameters"]}),
+            _cell(
+                "load",
+                "df = load(region)\ndf.head()\n",
+                outputs=[
+                    _output("stream", name="stdout", text="loaded 1000 rows from the lake\n"),
+                    table,
+                ],
+            ),
+        ]
+    )
+    new = copy.deepcopy(old)
+    new["cells"][1]["outputs"][0]["text"] = "loaded 1002 rows from the lake\n"
+    new["cells"][1]["outputs"][1]["data"]["text/plain"] = "   a\n0  1\n1  2\n"
+    new["cells"][1]["outputs"][1]["execution_count"] = 2
+    a, b = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    expected = nbdime.diff_notebooks(nbformat.from_dict(old), nbformat.from_dict(new))
+    got = diff_notebooks_bounded(a, b)
+    assert json.loads(json.dumps(got)) == json.loads(json.dumps(expected))
+    (cells,) = got
+    (patched,) = cells["diff"]
+    (outputs,) = patched["diff"]
+    assert [e["op"] for e in outputs["diff"]] == ["patch", "patch"]  # paired, not replaced
+    assert (a, b) == (old, new)
+    assert type(a["cells"][1]["outputs"][1]) is dict
+
+
+def test_plain_versions_render_added_and_removed_cells_as_nbdime_prints_them() -> None:
+    """Cells printed whole (inserted, removed; with metadata, which nbdime's printer
+    reads by attribute) print as nbdime prints them from notebook nodes."""
+    new = _edit("line")
+    del new["cells"][0]  # the parameters cell, tagged
+    new["cells"].insert(1, _cell("tagged", "df.describe()\n", metadata={"tags": ["summary"]}))
+    new["cells"].append(_cell("notes2", "More *notes*.\n", "markdown", metadata={"k": 1}))
+    a, b = nbformat.from_dict(_BASE), nbformat.from_dict(new)
+    out = io.StringIO()
+    config = PrettyPrintConfig(out=out, use_git=False, use_diff=True, use_color=False)
+    pretty_print_diff(a, nbdime.diff_notebooks(a, b), "", config)
+    text = render_diff(_version(_BASE, 1), _version(new, 2))
+    assert "tags" in out.getvalue()
+    assert text.split("\n", 2)[2] == out.getvalue()
+
+
+def test_the_collector_is_paused_for_a_diff_and_restored_after() -> None:
+    """Pauses nest and overlap (threads), survive an exception, and leave a collector
+    that was already off as it was."""
+    states = []
+    with collector_paused():
+        states.append(gc.isenabled())
+        with collector_paused():
+            states.append(gc.isenabled())
+        states.append(gc.isenabled())
+    assert states == [False, False, False]
+    assert gc.isenabled()
+    with pytest.raises(ValueError, match="fails"), collector_paused():
+        raise ValueError("a diff that fails")
+    assert gc.isenabled()
+    old = _notebook([_cell(f"c{i}", f"a = {i}\n") for i in range(300)])
+    new = _notebook([_cell(f"c{i}", f"a = {i + 1}\n") for i in range(300)])
+    with ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(lambda _: render_diff(_version(old, 1), _version(new, 2)), range(8)))
+    assert len(set(texts)) == 1
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
