@@ -70,7 +70,7 @@ def prepare(
         {"channel": "email", "to": f"user{i:05d}@example.com"} for i in range(recipients)
     ]
     path.write_text(json.dumps(nb))
-    publish(db, path, tenant="default", author="bench")
+    publish(db, path, caller=Caller(tenant="default", user="bench"))
     store = LocalArtifactStore(folder / "artifacts")
     queue = RunQueue(db, clock, owner="bench")
     for n in range(runs):

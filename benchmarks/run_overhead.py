@@ -59,7 +59,7 @@ def raw_papermill(notebook: Path, folder: Path, runs: int) -> list[float]:
 
 def nbcast_runs(notebook: Path, folder: Path, runs: int, pool_size: int) -> dict[str, float]:
     db = Database.open(f"sqlite:///{folder / 'nbcast.db'}")
-    publish(db, notebook, tenant="default", author="bench")
+    publish(db, notebook, caller=Caller(tenant="default", user="bench"))
     for i in range(runs):
         run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
     with LocalEngine(capacity=1, pool_size=pool_size) as engine:

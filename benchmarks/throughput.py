@@ -40,7 +40,7 @@ def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
                 cpus_per_run=1,
                 memory_mb_per_run=256,
             )
-        publish(db, trivial_notebook(folder), tenant="default", author="bench")
+        publish(db, trivial_notebook(folder), caller=Caller(tenant="default", user="bench"))
         for i in range(runs):
             run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
         options: dict[str, Any] = {"capacity": concurrency}

@@ -132,7 +132,7 @@ def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path) -> None
     home = prepare_home(tmp_path / "home")
     db = Database.open(f"sqlite:///{home / 'nbcast.db'}")
     path = make_notebook(tmp_path / "modes.ipynb", body=RECORD_MODES, nbcast={"name": "modes"})
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "modes", {})
     with permissive_umask(), LocalEngine(capacity=1, pool_size=1) as engine:
         worker = Worker(

@@ -72,7 +72,7 @@ def cli(ctx: click.Context, tenant: str | None) -> None:
             tenant=check_tenant_name(tenant),
             user=settings.user,
         )
-    ctx.obj = AppContext(settings, tenant_named=bool(tenant))
+    ctx.obj = AppContext(settings)
 
 
 for _area in (

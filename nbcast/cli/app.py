@@ -38,14 +38,14 @@ class AppContext:
     """Lazily opened state shared by the commands of one invocation."""
 
     settings: Settings
-    tenant_named: bool = False
-    """Whether a tenant was named (``--tenant`` or ``NBCAST_TENANT``)."""
     _db: Database | None = field(default=None, repr=False)
     _clock: Clock | None = field(default=None, repr=False)
 
     @property
     def caller(self) -> Caller:
-        """Who the command acts for: ``NBCAST_USER`` in the tenant named (or default)."""
+        """Who the command acts for: ``NBCAST_USER`` in the tenant named (or default);
+        what they may do there is the command layer's to check
+        (:mod:`nbcast.governance.roles`)."""
         from nbcast.access import Caller
 
         return Caller(tenant=self.settings.tenant, user=self.settings.user)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from nbcast.access import Caller
 from nbcast.cli.app import VERSION, AppContext, pass_app
 from nbcast.cli.output import emit_json, table, when
 
@@ -34,8 +35,7 @@ def publish(
     result = do_publish(
         app.db,
         prepared,
-        tenant=app.settings.tenant,
-        author=author or app.settings.user,
+        caller=Caller(tenant=app.settings.tenant, user=author or app.settings.user),
         name=name,
         message=message,
         now=app.clock.now(),

@@ -1,4 +1,4 @@
-"""``nbcast tenants``: tenants and their quotas (the operator's commands)."""
+"""``nbcast tenants``: tenants and their quotas (see :mod:`nbcast.governance.roles`)."""
 
 from __future__ import annotations
 
@@ -13,26 +13,12 @@ __all__: list[str] = []
 
 
 @click.group()
-@click.option(
-    "--operator",
-    is_flag=True,
-    help="Act as the operator of the whole installation even though a tenant is named.",
-)
-@pass_app
-def tenants(app: AppContext, operator: bool) -> None:
-    """Tenants and their quotas (operator commands: they act on every tenant).
+def tenants() -> None:
+    """Tenants and their quotas.
 
-    Until roles exist these belong to whoever operates the installation: they refuse
-    to run when a tenant is named (--tenant or NBCAST_TENANT), which is how a
-    tenant's user works, unless --operator says the caller is the operator.
+    Creating tenants and listing them all is for operators; an admin of a tenant
+    (or an operator) changes its quotas.
     """
-    from nbcast.errors import ConfigError
-
-    if app.tenant_named and not operator:
-        raise ConfigError(
-            "tenants commands act on every tenant and are for the operator: run them "
-            "without --tenant/NBCAST_TENANT, or add --operator (nbcast tenants --operator …)"
-        )
 
 
 _QUOTA_OPTIONS = [
@@ -68,16 +54,15 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
 
 @tenants.command("create")
 @click.argument("name")
+@click.option("--admin", default=None, help="The tenant's first admin (else its first user).")
 @_quota_options
 @pass_app
-def tenants_create(app: AppContext, /, name: str, **quota: Any) -> None:
-    """Create tenant NAME (with optional quotas)."""
-    from nbcast.governance.tenants import ensure_tenant, set_quota
+def tenants_create(app: AppContext, /, name: str, admin: str | None, **quota: Any) -> None:
+    """Create tenant NAME, with optional quotas and its first admin (operators)."""
+    from nbcast.governance.tenants import create_tenant
 
-    with app.db.session() as session:
-        ensure_tenant(session, name)
-        set_quota(session, name, **_given(quota))
-    click.echo(f"tenant {name} ready")
+    create_tenant(app.db, app.clock, app.caller, name, admin=admin, **_given(quota))
+    click.echo(f"tenant {name} ready" + (f", {admin} its admin" if admin else ""))
 
 
 @tenants.command("set-quota")
@@ -85,11 +70,10 @@ def tenants_create(app: AppContext, /, name: str, **quota: Any) -> None:
 @_quota_options
 @pass_app
 def tenants_set_quota(app: AppContext, /, name: str, **quota: Any) -> None:
-    """Change quotas of tenant NAME."""
-    from nbcast.governance.tenants import set_quota
+    """Change quotas of tenant NAME (its admins, operators)."""
+    from nbcast.governance.tenants import change_quota
 
-    with app.db.session() as session:
-        set_quota(session, name, **_given(quota))
+    change_quota(app.db, app.clock, app.caller, name, **_given(quota))
     click.echo(f"tenant {name}: " + ", ".join(f"{k}={v}" for k, v in _given(quota).items()))
 
 
@@ -97,14 +81,18 @@ def tenants_set_quota(app: AppContext, /, name: str, **quota: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def tenants_list(app: AppContext, as_json: bool) -> None:
-    """List tenants with their quotas."""
-    from nbcast.governance.tenants import QUOTA_FIELDS, all_tenants
+    """List every tenant with its quotas (operators)."""
+    from nbcast.governance.tenants import list_tenants
 
+    rows: list[dict[str, Any]] = []
+    after = None
     with app.db.session() as session:
-        rows = [
-            {"name": t.name, **{f: getattr(t, f) for f in QUOTA_FIELDS}}
-            for t in all_tenants(session)
-        ]
+        while True:
+            page = list_tenants(session, app.caller, app.clock.now(), limit=1000, after=after)
+            rows += [t.to_json() for t in page.items]
+            if page.next_after is None:
+                break
+            after = page.next_after
     if as_json:
         emit_json(rows)
         return

@@ -24,7 +24,7 @@ from nbcast.definitions.parameters import Parameter, schema_from_json
 from nbcast.definitions.spec import ReportSpec, parse_spec
 from nbcast.errors import UnknownDefinitionError
 from nbcast.governance.models import Tenant, User
-from nbcast.governance.tenants import get_tenant
+from nbcast.governance.roles import readable_tenant
 from nbcast.limits import clip
 
 __all__ = [
@@ -136,7 +136,7 @@ class DefinitionRecord:
 
 def definition_row(session: Session, caller: Caller, name: str) -> ReportDefinition:
     """The caller's definition called ``name``; UnknownDefinitionError otherwise."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     definition = session.scalar(
         sa.select(ReportDefinition).where(
             ReportDefinition.tenant_id == tenant.id, ReportDefinition.name == name
@@ -215,7 +215,7 @@ def list_definitions(
     session: Session, caller: Caller, *, limit: int | None = None, after: str | None = None
 ) -> Page[DefinitionRecord]:
     """The caller's definitions by name, a page at a time."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     size = page_limit(limit)
     query = sa.select(ReportDefinition).order_by(ReportDefinition.name).limit(size + 1)
     if after is not None:
@@ -230,7 +230,7 @@ def list_definitions(
 
 def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRecord:
     """The caller's definition called ``name``."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     records = _records(
         session, tenant, sa.select(ReportDefinition).where(ReportDefinition.name == name)
     )

@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.notebook import (
@@ -54,7 +55,8 @@ from nbcast.errors import (
     MetadataError,
     NotebookError,
 )
-from nbcast.governance.tenants import ensure_user, get_tenant
+from nbcast.governance.roles import Role, require
+from nbcast.governance.tenants import ensure_user
 from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem, storable_text
 
 __all__ = [
@@ -185,8 +187,7 @@ def publish(
     db: Database,
     notebook: str | Path | PreparedVersion,
     *,
-    tenant: str,
-    author: str,
+    caller: Caller,
     name: str | None = None,
     message: str = "",
     now: datetime | None = None,
@@ -197,7 +198,10 @@ def publish(
     default the process environment).
 
     ``now`` is the publish instant (default: the real clock); it starts a new
-    definition's schedule, so tests and simulations pass their clock's time.
+    definition's schedule, so tests and simulations pass their clock's time. The
+    caller needs the ``author`` role in their tenant; a new version is audited
+    (``definition.published``, and ``schedule.changed`` when its schedule differs
+    from the previous version's).
     """
     prepared = notebook if isinstance(notebook, PreparedVersion) else prepare(notebook, name)
     warnings = check_here(prepared, environ)
@@ -208,8 +212,8 @@ def publish(
             f"must be valid text of at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL",
         )
     with db.session() as session:
-        owner = get_tenant(session, tenant)
-        user = ensure_user(session, owner, author)
+        owner = require(session, caller, Role.author, "publishing a report", now).tenant
+        user = ensure_user(session, owner, caller.user)
         definition = session.scalar(
             sa.select(ReportDefinition)
             .where(ReportDefinition.tenant_id == owner.id, ReportDefinition.name == prepared.name)
@@ -256,12 +260,49 @@ def publish(
             )
         )
         definition.latest_version = number
+        _audit_publish(session, caller, owner.id, prepared, latest, number, message, now)
         return PublishResult(
             definition=prepared.name,
             version=number,
             sha256=prepared.sha256,
             created=True,
             warnings=warnings,
+        )
+
+
+def _audit_publish(
+    session: Session,
+    caller: Caller,
+    tenant_id: int,
+    prepared: PreparedVersion,
+    previous: DefinitionVersion | None,
+    number: int,
+    message: str,
+    now: datetime,
+) -> None:
+    from nbcast.governance import audit
+
+    obj = f"definition:{prepared.name}"
+    audit.record(
+        session,
+        tenant_id,
+        actor=caller.user,
+        action=audit.Action.definition_published,
+        obj=obj,
+        at=now,
+        details={"version": number, "sha256": prepared.sha256, "message": message[:500]},
+    )
+    before = (previous.spec or {}).get("schedule") if previous is not None else None
+    after = prepared.block.get("schedule")
+    if previous is not None and before != after:
+        audit.record(
+            session,
+            tenant_id,
+            actor=caller.user,
+            action=audit.Action.schedule_changed,
+            obj=obj,
+            at=now,
+            details={"version": number, "from": before, "to": after},
         )
 
 

@@ -27,7 +27,8 @@ from nbcast.delivery.queries import MAX_ID, require_run
 from nbcast.delivery.signing import Signer
 from nbcast.delivery.unsubscribe import normalized, record_unsubscribe, use_token
 from nbcast.errors import ConfigError, UnknownDefinitionError
-from nbcast.governance.tenants import get_tenant
+from nbcast.governance import audit
+from nbcast.governance.roles import Role, require
 from nbcast.limits import clip
 
 if TYPE_CHECKING:
@@ -83,10 +84,21 @@ def retry_failed_deliveries(db: Database, clock: Clock, caller: Caller, run_id: 
     fresh attempts, and render its FAILED renditions again; SENT ones are never
     touched. Returns how many deliveries. A run of another tenant is not found
     (:class:`~nbcast.errors.DeliveryError`)."""
+    now = clock.now()
     with db.session() as session:
-        tenant = get_tenant(session, caller.tenant)
+        tenant = require(session, caller, Role.author, "retrying deliveries", now).tenant
         require_run(session, tenant, run_id)
-        return retry_failed(session, run_id, clock.now(), tenant_id=tenant.id)
+        retried = retry_failed(session, run_id, now, tenant_id=tenant.id)
+        audit.record(
+            session,
+            tenant.id,
+            actor=caller.user,
+            action=audit.Action.deliveries_retried,
+            obj=f"run:{run_id}",
+            at=now,
+            details={"deliveries": retried},
+        )
+        return retried
 
 
 def unsubscribe_recipient(
@@ -115,8 +127,9 @@ def unsubscribe_recipient(
     known = channels.names()
     if channel not in known:
         raise ConfigError(f"--channel: {clip(channel)} is not one of {'|'.join(known)}")
+    now = clock.now()
     with db.session() as session:
-        tenant = get_tenant(session, caller.tenant)
+        tenant = require(session, caller, Role.author, "unsubscribing a recipient", now).tenant
         if report != "*":
             _require_definition(session, tenant, report)
         record_unsubscribe(
@@ -126,7 +139,8 @@ def unsubscribe_recipient(
             channel=channel,
             recipient=recipient,
             source=source,
-            now=clock.now(),
+            now=now,
+            actor=caller.user,
         )
         return Unsubscribed(
             tenant=tenant.name,
@@ -154,7 +168,11 @@ def unsubscribe_with_token(
     malformed or foreign token is a :class:`~nbcast.errors.LinkError`."""
     _check_text("source", source, _MAX_SOURCE_CHARS)
     with db.session() as session:
-        tenant = None if caller is None else get_tenant(session, caller.tenant)
+        tenant = (
+            None
+            if caller is None
+            else require(session, caller, Role.author, "unsubscribing a recipient").tenant
+        )
         named = use_token(
             session,
             signer,
@@ -179,9 +197,20 @@ def revoke_link(db: Database, clock: Clock, caller: Caller, link_id: int) -> boo
     it was already revoked."""
     if not isinstance(link_id, int) or not 0 < link_id <= MAX_ID:
         return False
+    now = clock.now()
     with db.session() as session:
-        tenant = get_tenant(session, caller.tenant)
-        return revoke_signed_link(session, link_id, clock.now(), tenant_id=tenant.id)
+        tenant = require(session, caller, Role.author, "revoking a link", now).tenant
+        revoked = revoke_signed_link(session, link_id, now, tenant_id=tenant.id)
+        if revoked:
+            audit.record(
+                session,
+                tenant.id,
+                actor=caller.user,
+                action=audit.Action.link_revoked,
+                obj=f"link:{link_id}",
+                at=now,
+            )
+        return revoked
 
 
 def _check_text(what: str, value: str, limit: int) -> None:

@@ -45,7 +45,7 @@ from nbcast.delivery.models import LinkOpen, SignedLink
 from nbcast.delivery.queries import require_run
 from nbcast.delivery.signing import Signer
 from nbcast.errors import LinkError
-from nbcast.governance.tenants import get_tenant
+from nbcast.governance.roles import readable_tenant
 
 __all__ = [
     "MAX_OPENS_LISTED",
@@ -298,7 +298,7 @@ def opens_of_run(
     """The openings of one of the caller's runs' links, newest first (at most
     ``limit``, itself at most :data:`MAX_OPENS_LISTED`); a run of another tenant is
     not found (:class:`~nbcast.errors.UnknownRunError`)."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     require_run(session, tenant, run_id)
     count = max(1, min(limit, MAX_OPENS_LISTED))
     rows = session.execute(

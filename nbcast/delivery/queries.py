@@ -38,7 +38,7 @@ from nbcast.delivery.models import (
 from nbcast.errors import ConfigError, UnknownDefinitionError, UnknownRunError
 from nbcast.executor.models import Run
 from nbcast.governance.models import Tenant
-from nbcast.governance.tenants import get_tenant
+from nbcast.governance.roles import readable_tenant
 from nbcast.limits import clip
 
 __all__ = [
@@ -266,7 +266,7 @@ def list_deliveries(
     state (any case), on one channel or of one definition (by name). A run or a
     definition of another tenant is not found."""
     count = page_limit(limit)
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     query = _delivery_query(tenant)
     if run_id is not None:
         require_run(session, tenant, run_id)
@@ -297,7 +297,7 @@ def list_deliveries(
 def deliveries_of_run(session: Session, caller: Caller, run_id: int) -> list[DeliveryRecord]:
     """Every ledger row of one run of the caller's tenant, in the order they were
     made (a run of another tenant is not found)."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     require_run(session, tenant, run_id)
     query = _delivery_query(tenant).where(Delivery.run_id == run_id).order_by(Delivery.id)
     return [_delivery(row, name) for row, name in session.execute(query).all()]
@@ -306,7 +306,7 @@ def deliveries_of_run(session: Session, caller: Caller, run_id: int) -> list[Del
 def renditions_of_run(session: Session, caller: Caller, run_id: int) -> list[RenditionRecord]:
     """Every rendition of one run of the caller's tenant, by format and variant (a
     run of another tenant is not found)."""
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     require_run(session, tenant, run_id)
     rows = session.scalars(
         sa.select(Rendition)
@@ -344,7 +344,7 @@ def list_links(
     """The signed links the caller's tenant handed out, newest first, optionally of
     one run (a run of another tenant is not found)."""
     count = page_limit(limit)
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     query = sa.select(SignedLink).where(SignedLink.tenant_id == tenant.id)
     if run_id is not None:
         require_run(session, tenant, run_id)

@@ -79,8 +79,12 @@ def record_unsubscribe(
     recipient: str,
     source: str,
     now: datetime,
+    actor: str | None = None,
 ) -> None:
-    """Record an opt-out (idempotent: unsubscribing twice records it once)."""
+    """Record an opt-out (idempotent: unsubscribing twice records it once), and audit
+    it as done by ``actor`` (None: the recipient, with a one-click token)."""
+    from nbcast.governance import audit
+
     row = {
         "tenant_id": tenant_id,
         "scope": scope,
@@ -89,7 +93,17 @@ def record_unsubscribe(
         "source": source,
         "created_at": now,
     }
-    session.execute(insert_ignore(Unsubscription, [row], session.get_bind().dialect.name))
+    result = session.execute(insert_ignore(Unsubscription, [row], session.get_bind().dialect.name))
+    if getattr(result, "rowcount", 0):
+        audit.record(
+            session,
+            tenant_id,
+            actor=actor or f"recipient:{row['recipient']}",
+            action=audit.Action.unsubscribed,
+            obj=f"subscription:{scope}",
+            at=now,
+            details={"channel": channel, "recipient": row["recipient"], "source": source},
+        )
 
 
 def use_token(

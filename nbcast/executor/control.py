@@ -30,7 +30,6 @@ from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
 from nbcast.errors import RunFinishedError, UnknownRunError
 from nbcast.executor.models import ACTIVE_STATES, CancelReason, CancelRequest, Run, RunState
-from nbcast.governance.tenants import get_tenant
 
 __all__ = [
     "CANCEL_REASON",
@@ -92,8 +91,12 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
     tenant's ("not found", nothing written), :class:`~nbcast.errors.RunFinishedError`
     when it has already finished.
     """
+    from nbcast.governance import audit
+    from nbcast.governance.roles import Role, require
+
     now = clock.now()
     with db.session() as session:
+        require(session, caller, Role.author, "cancelling a run", now)
         run = own_run(session, caller, run_id)
         state = RunState(run.state)
         if state not in ACTIVE_STATES:
@@ -121,6 +124,15 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
                 requested_at=now,
             )
         )
+        audit.record(
+            session,
+            run.tenant_id,
+            actor=caller.user,
+            action=audit.Action.run_cancel_requested,
+            obj=f"run:{run_id}",
+            at=now,
+            details={"state": state.value},
+        )
     return CancelResult(
         run_id=run_id,
         state=state,
@@ -132,7 +144,9 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
 
 def own_run(session: Session, caller: Caller, run_id: int) -> Run:
     """The caller's run ``run_id``; :class:`~nbcast.errors.UnknownRunError` otherwise."""
-    tenant = get_tenant(session, caller.tenant)
+    from nbcast.governance.roles import readable_tenant
+
+    tenant = readable_tenant(session, caller)
     run = None
     if 1 <= run_id <= MAX_RUN_ID:
         run = session.scalar(sa.select(Run).where(Run.id == run_id, Run.tenant_id == tenant.id))

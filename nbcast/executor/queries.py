@@ -34,7 +34,7 @@ from nbcast.executor.records import (
     RunDetail,
     RunRecord,
 )
-from nbcast.governance.tenants import get_tenant
+from nbcast.governance.roles import readable_tenant
 from nbcast.limits import clip
 
 __all__ = ["NOTEBOOKS_READ", "get_run", "list_runs"]
@@ -79,7 +79,7 @@ def list_runs(
     until`` (aware instants). ``limit`` (:func:`nbcast.access.page_limit`) and
     ``after`` (the previous page's ``next_after``) page through the result.
     """
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     size = page_limit(limit)
     if order not in ("asc", "desc"):
         raise ConfigError(f"order must be asc or desc, not {clip(str(order))}")
@@ -169,7 +169,7 @@ def get_run(
     without it, from the traceback. Raises :class:`~nbcast.errors.ExecutionError`
     ("no run …") for a run that is not the tenant's.
     """
-    tenant = get_tenant(session, caller.tenant)
+    tenant = readable_tenant(session, caller)
     found = None
     if 1 <= run_id <= MAX_RUN_ID:
         found = session.execute(

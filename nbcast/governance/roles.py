@@ -43,7 +43,7 @@ trail honest, not against the home's own OS user.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 import sqlalchemy as sa
@@ -59,9 +59,12 @@ __all__ = [
     "Membership",
     "Role",
     "bootstrap",
+    "is_operator",
     "member",
+    "readable_tenant",
     "require",
     "require_operator",
+    "seed_operators",
 ]
 
 
@@ -131,10 +134,12 @@ def bootstrap(session: Session, user: str, tenant: Tenant, now: datetime) -> boo
     return True
 
 
-def member(session: Session, caller: Caller, now: datetime) -> Membership:
+def member(session: Session, caller: Caller, now: datetime | None = None) -> Membership:
     """The caller's membership of their tenant (claiming a tenant without members,
     bootstrapping a fresh home: module docstring); :class:`AccessDeniedError` when they
-    hold no role there and operate nothing."""
+    hold no role there and operate nothing. ``now`` stamps a claim's audit entry
+    (default: the real clock)."""
+    now = now or datetime.now(UTC)
     tenant = _tenant(session, caller.tenant, lock=False)
     row = session.scalar(
         sa.select(User).where(User.tenant_id == tenant.id, User.name == caller.user)
@@ -171,7 +176,7 @@ def member(session: Session, caller: Caller, now: datetime) -> Membership:
 
 
 def require(
-    session: Session, caller: Caller, needed: Role, doing: str, now: datetime
+    session: Session, caller: Caller, needed: Role, doing: str, now: datetime | None = None
 ) -> Membership:
     """The caller's membership, if it holds ``needed``; otherwise
     :class:`AccessDeniedError` saying what ``doing`` needs."""
@@ -184,9 +189,12 @@ def require(
     return membership
 
 
-def require_operator(session: Session, caller: Caller, doing: str, now: datetime) -> None:
+def require_operator(
+    session: Session, caller: Caller, doing: str, now: datetime | None = None
+) -> None:
     """Nothing, if the caller operates the installation (a fresh home's first user
     becomes its operator here); :class:`AccessDeniedError` otherwise."""
+    now = now or datetime.now(UTC)
     if is_operator(session, caller.user):
         return
     tenant = session.scalar(sa.select(Tenant).where(Tenant.name == caller.tenant))
@@ -199,3 +207,33 @@ def require_operator(session: Session, caller: Caller, doing: str, now: datetime
             )
         return
     raise AccessDeniedError(f"{clip(caller.user)} is not an operator; {doing} is for operators")
+
+
+def readable_tenant(session: Session, caller: Caller) -> Tenant:
+    """The caller's tenant, if they may read it (any role): what every query of the
+    command layer scopes itself to."""
+    return require(session, caller, Role.viewer, "reading the tenant's reports").tenant
+
+
+def seed_operators(
+    session: Session, owner: str, configured: frozenset[str], tenant: str, now: datetime
+) -> None:
+    """A server's start: its ``owner`` becomes the first operator of a fresh home (so
+    the first web request cannot), and every name in ``configured``
+    (``NbcastApp.admin_users``) is made an operator, each audited in ``tenant``."""
+    owner_tenant = session.scalar(sa.select(Tenant).where(Tenant.name == tenant))
+    if owner_tenant is None:
+        return
+    bootstrap(session, owner, owner_tenant, now)
+    for name in sorted(configured):
+        if session.get(Operator, name) is None:
+            session.add(Operator(name=name, granted_at=now, granted_by="configuration"))
+            audit.record(
+                session,
+                owner_tenant.id,
+                actor=owner,
+                action=audit.Action.operator_granted,
+                obj=f"user:{name}",
+                at=now,
+                details={"how": "NbcastApp.admin_users"},
+            )

@@ -15,7 +15,9 @@
 - **Rerun**: kind ``rerun``, a finished run again with its version, parameters and
   context (:func:`rerun_run`).
 
-Each takes the :class:`~nbcast.access.Caller` and acts in its tenant only.
+Each takes the :class:`~nbcast.access.Caller`, acts in its tenant only, needs the
+``author`` role there (:mod:`nbcast.governance.roles`) and leaves an audit entry in
+the transaction of the change (:mod:`nbcast.governance.audit`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from nbcast.definitions.queries import definition_row
 from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
 from nbcast.executor.control import own_run
 from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
+from nbcast.governance import audit
+from nbcast.governance.roles import Role, require
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
@@ -56,9 +60,27 @@ from nbcast.scheduler.zones import range_bound
 __all__ = ["backfill", "pause", "rerun_run", "resume", "run_now"]
 
 
-def _definition(session: Session, caller: Caller, name: str) -> ReportDefinition:
-    """The caller's definition ``name`` (another tenant's is "not found")."""
+def _definition(
+    session: Session, caller: Caller, name: str, doing: str, now: datetime
+) -> ReportDefinition:
+    """The caller's definition ``name`` (another tenant's is "not found"), if the
+    caller may change it (an author)."""
+    require(session, caller, Role.author, doing, now)
     return definition_row(session, caller, name)
+
+
+def _audit(
+    session: Session,
+    caller: Caller,
+    tenant_id: int,
+    action: audit.Action,
+    obj: str,
+    now: datetime,
+    **details: Any,
+) -> None:
+    audit.record(
+        session, tenant_id, actor=caller.user, action=action, obj=obj, at=now, details=details
+    )
 
 
 def _state(
@@ -81,12 +103,22 @@ def pause(db: Database, clock: Clock, caller: Caller, name: str) -> bool:
     """Pause definition ``name``; False if it was already paused."""
     by = caller.user
     materializer = Materializer(db, clock, name=by)
+    now = clock.now()
     with db.session() as session:
-        state = _state(db, session, materializer, _definition(session, caller, name))
+        definition = _definition(session, caller, name, "pausing a report", now)
+        state = _state(db, session, materializer, definition)
         if state.paused:
             return False
-        state.paused, state.paused_at = True, clock.now()
-        state.updated_at, state.updated_by = clock.now(), by
+        state.paused, state.paused_at = True, now
+        state.updated_at, state.updated_by = now, by
+        _audit(
+            session,
+            caller,
+            definition.tenant_id,
+            audit.Action.definition_paused,
+            f"definition:{definition.name}",
+            now,
+        )
         return True
 
 
@@ -104,7 +136,7 @@ def resume(db: Database, clock: Clock, caller: Caller, name: str) -> ResumeResul
     materializer = Materializer(db, clock, name=by)
     now = clock.now()
     with db.session() as session:
-        definition = _definition(session, caller, name)
+        definition = _definition(session, caller, name, "resuming a report", now)
         state = _state(db, session, materializer, definition)
         if not state.paused:
             return None
@@ -135,6 +167,16 @@ def resume(db: Database, clock: Clock, caller: Caller, name: str) -> ResumeResul
         state.next_fire_at = next_fire(plan, watermark)
         state.paused, state.paused_at = False, None
         state.updated_at, state.updated_by = now, by
+        _audit(
+            session,
+            caller,
+            definition.tenant_id,
+            audit.Action.definition_resumed,
+            f"definition:{definition.name}",
+            now,
+            caught_up=len(before),
+            skipped_paused=len(during),
+        )
         return ResumeResult(len(before), len(during))
 
 
@@ -160,7 +202,7 @@ def backfill(
     materializer = Materializer(db, clock, name=caller.user)
     now = clock.now()
     with db.session() as session:
-        definition = _definition(session, caller, name)
+        definition = _definition(session, caller, name, "backfilling a report", now)
         state = _state(db, session, materializer, definition)
         plan = usable(
             materializer.plans.load(session, [(definition.id, state.schedule_version)]).get(
@@ -189,7 +231,20 @@ def backfill(
             for s in slots
         ]
         rows = slot_rows(definition.id, plan, decisions, RunKind.backfill, now)
-        return BackfillResult(len(slots), insert_many_ignore(session, Run, rows))
+        inserted = insert_many_ignore(session, Run, rows)
+        _audit(
+            session,
+            caller,
+            definition.tenant_id,
+            audit.Action.backfill_requested,
+            f"definition:{definition.name}",
+            now,
+            start=start.isoformat(),
+            end=end.isoformat(),
+            slots=len(slots),
+            inserted=inserted,
+        )
+        return BackfillResult(len(slots), inserted)
 
 
 def run_now(
@@ -211,7 +266,7 @@ def run_now(
     if at is not None and (at.tzinfo is None or at.utcoffset() is None):
         raise ScheduleError("--at must carry an offset")
     with db.session() as session:
-        definition = _definition(session, caller, name)
+        definition = _definition(session, caller, name, "running a report", now)
         version = session.scalar(
             sa.select(DefinitionVersion).where(
                 DefinitionVersion.definition_id == definition.id,
@@ -249,6 +304,17 @@ def run_now(
         )
         session.add(run)
         session.flush()
+        _audit(
+            session,
+            caller,
+            definition.tenant_id,
+            audit.Action.run_requested,
+            f"run:{run.id}",
+            now,
+            definition=definition.name,
+            version=version.version,
+            parameters=run.parameters,
+        )
         return run.id
 
 
@@ -266,6 +332,7 @@ def rerun_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> int:
     """
     now = clock.now()
     with db.session() as session:
+        require(session, caller, Role.author, "rerunning a run", now)
         original = own_run(session, caller, run_id)
         if RunState(original.state) in ACTIVE_STATES:
             raise ConflictError(
@@ -290,4 +357,13 @@ def rerun_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> int:
         )
         session.add(rerun)
         session.flush()
+        _audit(
+            session,
+            caller,
+            original.tenant_id,
+            audit.Action.run_rerun,
+            f"run:{rerun.id}",
+            now,
+            rerun_of=original.id,
+        )
         return rerun.id

@@ -103,7 +103,9 @@ class NbcastApp(ExtensionApp):
         help="The tenant of users tenant_map does not name (None: refuse them).",
     ).tag(config=True)
     admin_users = List(
-        Unicode(), default_value=[], help="Users who may use the operator routes (tenants, quotas)."
+        Unicode(),
+        default_value=[],
+        help="Users made operators (tenants, every quota) when the server opens its database.",
     ).tag(config=True)
     metrics_open = Bool(False, help="Serve /nbcast/metrics without authentication.").tag(
         config=True

@@ -12,7 +12,7 @@ keys) through the contents API.
 
 :class:`NbcastAuthorizer`, which ``nbcast serve`` installs, allows the resource
 ``nbcast`` to every authenticated user (nbcast's command layer then scopes each to
-their tenant, and the operator routes check ``NbcastApp.admin_users``), and every
+their tenant and checks their role there, operators included), and every
 other resource only to the operator: the server's own token (and a password login,
 which jupyter-server also treats as that anonymous operator) and the users named in
 ``NbcastAuthorizer.operators``. Under JupyterHub or in a personal ``jupyter lab``,

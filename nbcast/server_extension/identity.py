@@ -11,7 +11,10 @@ server runs under it): nbcast never sees a credential. What nbcast adds:
   the configured mapping (``NbcastApp.tenant_map``) gives their user name, else
   ``NbcastApp.default_tenant`` (``default``; None refuses unmapped users).
   jupyter-server's shared-token user is a new random "Anonymous …" identity per
-  browser; nbcast records it as ``token-user``.
+  browser: whoever holds the server's own token is the person who started the
+  server, so nbcast acts for them as the server's **owner** (``NBCAST_USER``, else
+  the login name of the server's process) — in a personal ``jupyter lab`` the same
+  person as on the command line.
 """
 
 from __future__ import annotations
@@ -29,10 +32,7 @@ from nbcast.config import check_tenant_name
 from nbcast.errors import AccessDeniedError, ConfigError
 from nbcast.limits import clip
 
-__all__ = ["ANONYMOUS_USER", "TokenIdentityProvider", "caller_for", "is_anonymous"]
-
-ANONYMOUS_USER = "token-user"
-"""The user name recorded for jupyter-server's shared-token identity."""
+__all__ = ["TokenIdentityProvider", "caller_for", "is_anonymous"]
 
 _ANONYMOUS_ID = re.compile(r"[0-9a-f]{32}")
 _USER_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
@@ -44,10 +44,13 @@ def is_anonymous(user: User) -> bool:
     return bool(_ANONYMOUS_ID.fullmatch(user.username)) and user.name.startswith("Anonymous ")
 
 
-def caller_for(user: User, tenant_map: Mapping[str, str], default_tenant: str | None) -> Caller:
-    """The caller ``user`` acts as (module docstring); :class:`AccessDeniedError` for a
-    user the mapping leaves without a tenant."""
-    name = ANONYMOUS_USER if is_anonymous(user) else user.username
+def caller_for(
+    user: User, tenant_map: Mapping[str, str], default_tenant: str | None, owner: str
+) -> Caller:
+    """The caller ``user`` acts as (module docstring: the server's ``owner`` for its
+    own token); :class:`AccessDeniedError` for a user the mapping leaves without a
+    tenant."""
+    name = owner if is_anonymous(user) else user.username
     if not _USER_NAME.fullmatch(name):
         raise AccessDeniedError(f"user name {clip(name)} is not acceptable")
     tenant = tenant_map.get(name, default_tenant)

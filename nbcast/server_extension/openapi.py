@@ -125,7 +125,7 @@ def _operation(route: Route, index: int) -> tuple[str, dict[str, Any]]:
         responses[str(status)] = {"description": _ERROR_TEXT.get(status, "Error"), "content": error}
     out["responses"] = responses
     if op.admin:
-        out["description"] = "Operator only (NbcastApp.admin_users)."
+        out["description"] = "Operators only (see nbcast users grant NAME operator)."
     return op.method, out
 
 

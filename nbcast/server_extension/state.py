@@ -40,7 +40,7 @@ class ServerOptions:
     default_tenant: str | None = "default"
     """The tenant of a user the map does not name (None: such users are refused)."""
     admin_users: frozenset[str] = frozenset()
-    """Users who may use the operator routes (tenants and quotas)."""
+    """Users made operators when the server opens its database."""
     metrics_open: bool = False
     """Whether ``/nbcast/metrics`` may be scraped without the token."""
     ray_dashboard_url: str | None = None
@@ -70,11 +70,24 @@ class ServerState:
 
     @cached_property
     def db(self) -> Database:
-        """The database, opened (and migrated) on first use; the home made private."""
+        """The database, opened (and migrated) on first use, the home made private, and
+        the operators seeded before any request acts
+        (:func:`~nbcast.governance.roles.seed_operators`: the server's owner on a fresh
+        home, ``admin_users``)."""
         from nbcast.db import Database
+        from nbcast.governance.roles import seed_operators
 
         prepare_home(self.settings.home)
-        return Database.open(self.settings.database_url)
+        db = Database.open(self.settings.database_url)
+        with db.session() as session:
+            seed_operators(
+                session,
+                self.settings.user,
+                self.options.admin_users,
+                self.settings.tenant,
+                self.clock.now(),
+            )
+        return db
 
     @cached_property
     def clock(self) -> Clock:

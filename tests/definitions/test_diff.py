@@ -22,6 +22,7 @@ import pytest
 from nbdime.diff_utils import to_diffentry_dicts
 from nbdime.prettyprint import PrettyPrintConfig, pretty_print_diff
 
+from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions.diff import (
     CELL_GAP_PAIRS,
@@ -295,10 +296,10 @@ def test_published_versions_diff_bounded(db: Database, tmp_path: Path) -> None:
     line = _prose(20_000)
     path = tmp_path / "sales.ipynb"
     make_notebook(path, extra_cells=[_cell("long", f"# Sales\n{line}\n", "markdown")])
-    publish(db, path, tenant="default", author="ana")
+    publish(db, path, caller=Caller(tenant="default", user="ana"))
     changed = _one_char_changed(line)
     make_notebook(path, extra_cells=[_cell("long", f"# Sales\n{changed}\n", "markdown")])
-    publish(db, path, tenant="default", author="ana")
+    publish(db, path, caller=Caller(tenant="default", user="ana"))
     old, new = get_version(db, "default", "sales", 1), get_version(db, "default", "sales", 2)
     ops = _source_diff(diff_versions(old, new), 2)
     assert [(e["op"], e["key"]) for e in ops] == [("addrange", 1), ("removerange", 1)]

@@ -28,7 +28,7 @@ def _publish(db: Database, tmp_path: Path, name: str, tenant: str = "default") -
         tmp_path / tenant / f"{name}.ipynb",
         nbcast={"name": name, "schedule": {"cron": "0 * * * *", "timezone": "Europe/Berlin"}},
     )
-    publish(db, path, tenant=tenant, author="t", now=T0)
+    publish(db, path, caller=Caller(tenant=tenant, user="t"), now=T0)
 
 
 def test_pages_walk_every_definition_once(db: Database, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions.diff import diff_versions
 from nbcast.definitions.diff_render import render_diff
@@ -25,14 +26,14 @@ BLOCK = {
 
 def test_versions_count_up_and_identical_content_adds_none(db: Database, tmp_path: Path) -> None:
     path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
-    first = publish(db, path, tenant="default", author="ana", message="first")
-    again = publish(db, path, tenant="default", author="bob", message="again")
+    first = publish(db, path, caller=Caller(tenant="default", user="ana"), message="first")
+    again = publish(db, path, caller=Caller(tenant="default", user="bob"), message="again")
     assert (first.version, first.created) == (1, True)
     assert (again.version, again.created, again.sha256) == (1, False, first.sha256)
     make_notebook(path, body="print(region, top_n)", nbcast=BLOCK)
-    second = publish(db, path, tenant="default", author="bob", message="show top_n")
+    second = publish(db, path, caller=Caller(tenant="default", user="bob"), message="show top_n")
     make_notebook(path, nbcast=BLOCK)  # back to v1's content
-    third = publish(db, path, tenant="default", author="ana", message="revert")
+    third = publish(db, path, caller=Caller(tenant="default", user="ana"), message="revert")
     assert [second.version, third.version] == [2, 3]
     assert third.sha256 == first.sha256
     history = list_versions(db, "default", "daily-sales")
@@ -49,7 +50,7 @@ def test_a_version_is_stored_normalized_with_schema_and_block(db: Database, tmp_
     nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "x"}]
     nb["cells"][1]["execution_count"] = 4
     path.write_text(json.dumps(nb))
-    publish(db, path, tenant="default", author="ana")
+    publish(db, path, caller=Caller(tenant="default", user="ana"))
     info = get_version(db, "default", "daily-sales", 1)
     assert info.notebook["cells"][1]["outputs"] == []
     assert info.notebook["cells"][1]["execution_count"] is None
@@ -61,11 +62,15 @@ def test_a_version_is_stored_normalized_with_schema_and_block(db: Database, tmp_
 
 
 def test_a_name_belongs_to_its_file(db: Database, tmp_path: Path) -> None:
-    publish(db, make_notebook(tmp_path / "a.ipynb", nbcast=BLOCK), tenant="default", author="a")
+    publish(
+        db,
+        make_notebook(tmp_path / "a.ipynb", nbcast=BLOCK),
+        caller=Caller(tenant="default", user="a"),
+    )
     other = make_notebook(tmp_path / "b.ipynb", nbcast=BLOCK)
     with pytest.raises(DuplicateDefinitionError, match="choose another --name"):
-        publish(db, other, tenant="default", author="a")
-    assert publish(db, other, tenant="default", author="a", name="sales-copy").created
+        publish(db, other, caller=Caller(tenant="default", user="a"))
+    assert publish(db, other, caller=Caller(tenant="default", user="a"), name="sales-copy").created
     assert [d.name for d in list_definitions(db, "default")] == ["daily-sales", "sales-copy"]
 
 
@@ -75,9 +80,9 @@ def test_names_are_per_tenant(db: Database, tmp_path: Path) -> None:
     with db.session() as session:
         ensure_tenant(session, "acme")
     path = make_notebook(tmp_path / "a.ipynb", nbcast=BLOCK)
-    publish(db, path, tenant="default", author="a")
+    publish(db, path, caller=Caller(tenant="default", user="a"))
     other = make_notebook(tmp_path / "b.ipynb", nbcast=BLOCK)
-    assert publish(db, other, tenant="acme", author="a").version == 1
+    assert publish(db, other, caller=Caller(tenant="acme", user="a")).version == 1
     with pytest.raises(UnknownDefinitionError):
         get_version(db, "acme", "nope")
     with pytest.raises(UnknownDefinitionError, match="has no version 9"):
@@ -86,9 +91,9 @@ def test_names_are_per_tenant(db: Database, tmp_path: Path) -> None:
 
 def test_diff_between_versions(db: Database, tmp_path: Path) -> None:
     path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
-    publish(db, path, tenant="default", author="ana")
+    publish(db, path, caller=Caller(tenant="default", user="ana"))
     make_notebook(path, parameters='region = "EMEA"\ntop_n = 20\n', nbcast=BLOCK)
-    publish(db, path, tenant="default", author="ana")
+    publish(db, path, caller=Caller(tenant="default", user="ana"))
     old, new = (
         get_version(db, "default", "daily-sales", 1),
         get_version(db, "default", "daily-sales", 2),

@@ -99,7 +99,13 @@ class Plane:
         path = make_notebook(self.folder / "defs" / tenant / f"{name}.ipynb", nbcast=block)
         with self.db.session() as session:
             ensure_tenant(session, tenant)
-        publish(self.db, path, tenant=tenant, author="t", now=self.clock.now(), environ=LOOPBACK)
+        publish(
+            self.db,
+            path,
+            caller=Caller(tenant=tenant, user="t"),
+            now=self.clock.now(),
+            environ=LOOPBACK,
+        )
 
     def succeed(
         self,

@@ -34,7 +34,7 @@ def _succeeded_run(home: Path, tmp_path: Path, subscriptions: list[dict[str, str
         tmp_path / "sales.ipynb",
         nbcast={"name": "sales", "outputs": ["html", "csv"], "subscriptions": subscriptions},
     )
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "sales", {})
     queue = RunQueue(db, SystemClock(), owner="w")
     [lease] = queue.claim(1)

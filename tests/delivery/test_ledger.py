@@ -521,7 +521,13 @@ def test_a_report_that_ended_early_has_no_results(plane: Plane) -> None:
     # The worker runs on the system clock: a fixed clock would move on with each of its
     # waits, past its lease while the kernel runs.
     plane.clock.set(datetime.now(UTC))
-    publish(plane.db, path, tenant="default", author="t", now=plane.clock.now(), environ=LOOPBACK)
+    publish(
+        plane.db,
+        path,
+        caller=Caller(tenant="default", user="t"),
+        now=plane.clock.now(),
+        environ=LOOPBACK,
+    )
     run_id = run_now(plane.db, plane.clock, Caller(tenant="default", user="t"), "quiet-day", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         Worker(

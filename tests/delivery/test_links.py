@@ -64,7 +64,7 @@ def test_signer_configuration_is_checked(tmp_path: Path) -> None:
 
 def _run(db: Database, tmp_path: Path) -> tuple[int, int]:
     path = make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
     run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "r", {})
     with db.session() as session:
         return ensure_tenant(session, "default").id, run_id

@@ -115,7 +115,9 @@ def test_a_string_that_looks_like_code_stays_a_string_in_a_real_kernel(
     path = make_notebook(
         tmp_path / "code.ipynb", parameters='label = "x"\nnote = "y"\n', body=BODY, nbcast=spec
     )
-    publish(db, path, tenant="default", author="t", now=datetime(2026, 10, 1, tzinfo=UTC))
+    publish(
+        db, path, caller=Caller(tenant="default", user="t"), now=datetime(2026, 10, 1, tzinfo=UTC)
+    )
     run_id = run_now(
         db,
         FixedClock(datetime(2026, 10, 2, 12, tzinfo=UTC)),

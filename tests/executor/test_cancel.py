@@ -28,7 +28,7 @@ ANA = Caller(tenant="default", user="ana")
 
 def queued(db: Database, tmp_path: Path, tenant: str = "default", count: int = 1) -> list[int]:
     path = make_notebook(tmp_path / tenant / "report.ipynb", nbcast={"name": "report"})
-    publish(db, path, tenant=tenant, author="t", now=T0)
+    publish(db, path, caller=Caller(tenant=tenant, user="t"), now=T0)
     return [
         run_now(db, FixedClock(T0), Caller(tenant=tenant, user="t"), "report", {})
         for _ in range(count)

@@ -60,7 +60,7 @@ def publish_exiting(db: Database, tmp_path: Path, name: str, exit_source: str) -
         nbcast={"name": name},
         extra_cells=[code_cell(exit_source, "exit"), code_cell(TABLE_AFTER, "after")],
     )
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
 
 
 def test_an_early_exit_succeeds_as_no_results(db: Database, tmp_path: Path) -> None:

@@ -83,7 +83,9 @@ def test_a_registered_plugin_engine_runs_a_worker(
 ) -> None:
     assert check_engine_name("instant") == "instant"
     publish(
-        db, make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"}), tenant="default", author="t"
+        db,
+        make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"}),
+        caller=Caller(tenant="default", user="t"),
     )
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "r", {})
     code = main(["worker", "--engine", "instant", "--concurrency", "3", "--exit-when-idle"])

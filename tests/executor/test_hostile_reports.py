@@ -63,7 +63,7 @@ def define(
         raw = json.loads(path.read_text())
         raw["metadata"].update(metadata)
         path.write_text(json.dumps(raw))
-    publish(db, path, tenant=tenant, author="t")
+    publish(db, path, caller=Caller(tenant=tenant, user="t"))
 
 
 def stored(tmp_path: Path, sha256: str | None) -> bytes:

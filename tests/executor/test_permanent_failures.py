@@ -71,7 +71,7 @@ def publish_in(db: Database, tmp_path: Path, tenant: str, name: str, kernel: str
     path.write_text(json.dumps(raw))
     with db.session() as session:
         ensure_tenant(session, tenant)
-    publish(db, path, tenant=tenant, author="t")
+    publish(db, path, caller=Caller(tenant=tenant, user="t"))
 
 
 def poison(db: Database, run_id: int, cause: str) -> None:

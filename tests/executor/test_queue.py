@@ -40,7 +40,7 @@ def setup_tenant(
         row.max_concurrent_runs = max_concurrent
     name = definition or f"{tenant}-report"
     path = make_notebook(tmp_path / tenant / f"{name}.ipynb", nbcast={"name": name})
-    publish(db, path, tenant=tenant, author="t", now=T0)
+    publish(db, path, caller=Caller(tenant=tenant, user="t"), now=T0)
     clock = FixedClock(T0)
     return [run_now(db, clock, Caller(tenant=tenant, user="t"), name, {}) for _ in range(runs)]
 

@@ -40,7 +40,12 @@ def _define(db: Database, tmp_path: Path) -> None:
     path = make_notebook(
         tmp_path / "berlin.ipynb", parameters="report_date = None\n", body=BODY, nbcast=spec
     )
-    publish(db, path, tenant="default", author="t", now=datetime(2026, 10, 26, 5, tzinfo=UTC))
+    publish(
+        db,
+        path,
+        caller=Caller(tenant="default", user="t"),
+        now=datetime(2026, 10, 26, 5, tzinfo=UTC),
+    )
 
 
 def _execute(db: Database, tmp_path: Path) -> None:

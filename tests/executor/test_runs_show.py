@@ -55,7 +55,7 @@ def failed_run(db: Database, use_db: str, tmp_path: Path) -> int:
     notebook["cells"] = notebook["cells"][:1] + CELLS
     notebook["metadata"]["nbcast"] = {"name": "divide"}
     path.write_text(json.dumps(notebook))
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
     with db.session() as session:
         set_quota(session, "default", max_attempts=1)
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "divide", {})
@@ -117,7 +117,7 @@ def test_another_tenants_run_is_not_found(
     with db.session() as session:
         ensure_tenant(session, "other")
     path = make_notebook(tmp_path / "theirs.ipynb", nbcast={"name": "theirs"})
-    publish(db, path, tenant="other", author="t")
+    publish(db, path, caller=Caller(tenant="other", user="t"))
     theirs = run_now(db, SystemClock(), Caller(tenant="other", user="t"), "theirs", {})
     with db.session() as session:
         with pytest.raises(NotFoundError, match=f"no run {theirs} in tenant 'default'"):
@@ -162,7 +162,7 @@ def add_runs(db: Database) -> list[Run]:
 @pytest.fixture
 def many_runs(db: Database, tmp_path: Path) -> list[Run]:
     path = make_notebook(tmp_path / "paged.ipynb", nbcast={"name": "paged"})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
     return add_runs(db)
 
 
@@ -252,7 +252,7 @@ def test_the_cli_pages_with_limit_and_after(
 
 def test_a_manual_run_is_listed_with_its_keys(db: Database, tmp_path: Path) -> None:
     path = make_notebook(tmp_path / "keys.ipynb", nbcast={"name": "keys"})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
     run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "keys", {})
     with db.session() as session:
         [record] = list_runs(session, DEFAULT).items
@@ -295,7 +295,7 @@ def test_renditions_and_deliveries_are_shown(
     db: Database, use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = make_notebook(tmp_path / "sent.ipynb", nbcast={"name": "sent"})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
     run_id = run_now(db, FixedClock(T0), Caller(tenant="default", user="t"), "sent", {})
     with db.session() as session:
         session.add_all(

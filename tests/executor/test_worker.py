@@ -30,7 +30,7 @@ def define(
     path = make_notebook(
         tmp_path / f"{name}.ipynb", parameters=parameters, body=body, nbcast={"name": name}
     )
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
 
 
 def make_worker(db: Database, tmp_path: Path, engine: LocalEngine, **options: Any) -> Worker:

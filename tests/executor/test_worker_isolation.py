@@ -76,7 +76,7 @@ def define(db: Database, tmp_path: Path, tenant: str, name: str, body: str) -> N
     path = make_notebook(
         tmp_path / tenant / f"{name}.ipynb", parameters="n = 10\n", body=body, nbcast={"name": name}
     )
-    publish(db, path, tenant=tenant, author="t")
+    publish(db, path, caller=Caller(tenant=tenant, user="t"))
 
 
 def test_a_job_the_engine_refuses_fails_alone(db: Database, tmp_path: Path) -> None:

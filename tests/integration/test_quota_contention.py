@@ -76,7 +76,7 @@ def test_quotas_hold_with_four_claimers(pg_url: str, tmp_path: Path) -> None:
         with db.session() as session:
             ensure_tenant(session, tenant).max_concurrent_runs = quota
         path = make_notebook(tmp_path / f"{tenant}.ipynb", nbcast={"name": f"{tenant}-r"})
-        publish(db, path, tenant=tenant, author="t")
+        publish(db, path, caller=Caller(tenant=tenant, user="t"))
         for _ in range(BACKLOG[tenant]):
             run_now(db, SystemClock(), Caller(tenant=tenant, user="t"), f"{tenant}-r", {})
 

@@ -36,7 +36,7 @@ def test_runs_run_on_both_nodes(ray_cluster: str, pg_url: str, tmp_path: Path) -
         body="import time, socket\ntime.sleep(seconds)",
         nbcast={"name": "nap"},
     )
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
     ids = [
         run_now(db, SystemClock(), Caller(tenant="default", user="t"), "nap", {}) for _ in range(4)
     ]

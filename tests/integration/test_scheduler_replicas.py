@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
@@ -96,7 +97,7 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
         path = make_notebook(
             tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule}
         )
-        publish(db, path, tenant="default", author="t", now=START)
+        publish(db, path, caller=Caller(tenant="default", user="t"), now=START)
 
     epoch = time.time() + 1.0
     env = {

@@ -94,7 +94,7 @@ def test_sigkilled_workers_leave_exactly_one_success(
         body="import time\ntime.sleep(seconds)\nprint('done')",
         nbcast={"name": "slow"},
     )
-    publish(db, path, tenant="default", author="t")
+    publish(db, path, caller=Caller(tenant="default", user="t"))
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "slow", {})
     env = {
         **os.environ,

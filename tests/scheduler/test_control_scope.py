@@ -52,7 +52,7 @@ def test_another_tenants_definition_is_not_found_and_nothing_is_written(
         parameters="top_n = 3\n",
         nbcast={"name": "daily", "schedule": {"cron": "0 7 * * 1-5", "timezone": "UTC"}},
     )
-    publish(db, path, tenant="default", author="ann", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="ann"), now=T0)
     with db.session() as session:
         ensure_tenant(session, "globex")
     clock = FixedClock(T0)

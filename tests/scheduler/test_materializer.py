@@ -37,7 +37,7 @@ def define(
     path = make_notebook(
         tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule, **extra}
     )
-    publish(db, path, tenant="default", author="t", now=at)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=at)
 
 
 def rows(db: Database, name: str | None = None) -> list[tuple[str | None, str, str | None]]:

@@ -32,7 +32,7 @@ def _publish(db: Database, tmp_path: Path, at: datetime, **block: Any) -> None:
         parameters='report_date = "2026-06-15"  # day\nregion = "EMEA"\ntop_n = 5\n',
         nbcast={"name": "daily", **block},
     )
-    publish(db, path, tenant="default", author="t", now=at)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=at)
 
 
 def _runs(db: Database) -> list[Run]:

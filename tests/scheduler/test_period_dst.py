@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.bindings import Period, parse_binding, resolve, resolve_parameters
@@ -180,7 +181,12 @@ def test_a_fold_slot_keeps_its_values_through_a_retry(db: Database, tmp_path: Pa
         body="pass",
         nbcast=spec,
     )
-    publish(db, path, tenant="default", author="t", now=datetime(2026, 10, 31, 12, tzinfo=UTC))
+    publish(
+        db,
+        path,
+        caller=Caller(tenant="default", user="t"),
+        now=datetime(2026, 10, 31, 12, tzinfo=UTC),
+    )
     clock = FixedClock(datetime(2026, 11, 1, 5, 31, tzinfo=UTC))
     materializer = Materializer(db, clock, threads=1)
     materializer.tick()  # the first pass, 01:30 EDT

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.access import Caller
 from nbcast.cli import main
 from nbcast.clock import FixedClock
 from nbcast.db import Database
@@ -43,7 +44,7 @@ POISONS: dict[str, dict[str, Any]] = {
 
 def define(db: Database, tmp_path: Path, name: str, schedule: dict[str, Any]) -> None:
     path = make_notebook(tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
 
 
 def plant(db: Database, name: str, schedule: dict[str, Any]) -> None:
@@ -163,7 +164,7 @@ def test_the_failure_is_visible_and_a_fixed_version_resumes_from_the_watermark(
         nbcast={"name": "poison", "schedule": {"cron": "30 * * * *", "overlap": "allow"}},
         body="print('fixed')",
     )
-    publish(db, path, tenant="default", author="t", now=clock.now())
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=clock.now())
     materializer.tick()
     state = state_of(db, "poison")
     assert state.error is None

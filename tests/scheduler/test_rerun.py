@@ -33,7 +33,7 @@ SPEC = {
 
 def _scheduled_run(db: Database, tmp_path: Path, *, state: str = "FAILED") -> Run:
     path = make_notebook(tmp_path / "daily.ipynb", parameters='day = ""\n', nbcast=SPEC)
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
     Materializer(db, FixedClock(T0 + timedelta(hours=1, minutes=1)), threads=1).tick()
     with db.session() as session:
         [run] = session.scalars(sa.select(Run)).all()
@@ -51,7 +51,7 @@ def test_a_rerun_repeats_the_run_with_its_version_parameters_and_period(
     path = make_notebook(
         tmp_path / "daily.ipynb", parameters='day = ""\n', body="print(2)", nbcast=SPEC
     )
-    publish(db, path, tenant="default", author="t", now=T0 + timedelta(days=1))
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0 + timedelta(days=1))
     later = FixedClock(T0 + timedelta(days=3))
     new_id = rerun_run(db, later, ACME, original.id)
     with db.session() as session:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
@@ -39,7 +40,7 @@ def small_cap(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def define(db: Database, tmp_path: Path, name: str, schedule: dict[str, Any]) -> None:
     path = make_notebook(tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule})
-    publish(db, path, tenant="default", author="t", now=T0)
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
 
 
 def rows_of(db: Database, name: str) -> list[tuple[str, str, str | None]]:

@@ -77,7 +77,7 @@ def deliver(
     try:
         with db.session() as session:
             ensure_tenant(session, "acme")
-        publish(db, notebook, tenant="acme", author="alice", environ=server.env)
+        publish(db, notebook, caller=Caller(tenant="acme", user="alice"), environ=server.env)
     finally:
         db.dispose()
     run_id, rows, mails = run_again(server, name)

@@ -75,9 +75,9 @@ def seed(server: LiveServer, folder: Path) -> Seeded:
             for tenant in ("acme", "globex"):
                 ensure_tenant(session, tenant)
                 set_quota(session, tenant, max_attempts=1)
-        publish(db, sales, tenant="acme", author="alice", environ=server.env)
-        publish(db, broken, tenant="acme", author="alice", environ=server.env)
-        publish(db, theirs, tenant="globex", author="bob", environ=server.env)
+        publish(db, sales, caller=Caller(tenant="acme", user="alice"), environ=server.env)
+        publish(db, broken, caller=Caller(tenant="acme", user="alice"), environ=server.env)
+        publish(db, theirs, caller=Caller(tenant="globex", user="bob"), environ=server.env)
         clock = SystemClock()
         succeeded = run_now(db, clock, ALICE, "sales", {"region": "APAC"})
         failed = run_now(db, clock, ALICE, "broken", {})

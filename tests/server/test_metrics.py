@@ -67,7 +67,7 @@ def queued(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> int:
         with db.session() as session:
             ensure_tenant(session, "acme")
         notebook = make_notebook(folder / "kpi.ipynb", nbcast={"name": "kpi"})
-        publish(db, notebook, tenant="acme", author="alice", environ=server.env)
+        publish(db, notebook, caller=Caller(tenant="acme", user="alice"), environ=server.env)
         return run_now(db, SystemClock(), Caller(tenant="acme", user="alice"), "kpi", {})
     finally:
         db.dispose()
@@ -122,7 +122,7 @@ def in_the_queue(server: LiveServer, queued: int, tmp_path_factory: pytest.TempP
         with db.session() as session:
             ensure_tenant(session, "globex")
         notebook = make_notebook(folder / "theirs.ipynb", nbcast={"name": "theirs"})
-        publish(db, notebook, tenant="globex", author="bob", environ=server.env)
+        publish(db, notebook, caller=Caller(tenant="globex", user="bob"), environ=server.env)
         run_now(db, clock, Caller(tenant="globex", user="bob"), "theirs", {})
     finally:
         db.dispose()

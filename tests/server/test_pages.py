@@ -105,8 +105,10 @@ def seed(server: LiveServer) -> Seeded:
             set_quota(session, "acme", max_attempts=1)
             ensure_tenant(session, "globex")
         for path, tenant, author in ((failing, "acme", "alice"), (good, "acme", "alice")):
-            publish(db, path, tenant=tenant, author=author, now=clock.now(), environ=env)
-        publish(db, other, tenant="globex", author="bob", now=clock.now(), environ=env)
+            publish(
+                db, path, caller=Caller(tenant=tenant, user=author), now=clock.now(), environ=env
+            )
+        publish(db, other, caller=Caller(tenant="globex", user="bob"), now=clock.now(), environ=env)
         with scheduler_lock(db):
             Materializer(db, clock, name="tick").tick()
         alice = Caller(tenant="acme", user="alice")

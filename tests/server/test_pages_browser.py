@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from nbcast.access import Caller
 from nbcast.delivery.models import Unsubscription
 from tests.notebooks import make_notebook
 from tests.server.deliveries import RECIPIENT, database, deliver
@@ -205,7 +206,11 @@ def test_the_diff_of_two_versions_from_the_definition_page(
     try:
         env = dict(server.env)
         publish(
-            db, notebook, tenant="acme", author="alice", now=clock_from_env(env).now(), environ=env
+            db,
+            notebook,
+            caller=Caller(tenant="acme", user="alice"),
+            now=clock_from_env(env).now(),
+            environ=env,
         )
     finally:
         db.dispose()

@@ -510,8 +510,7 @@ class DefinitionsHandler(ApiHandler):
         result = publish(
             self.state.db,
             prepared,
-            tenant=caller.tenant,
-            author=caller.user,
+            caller=caller,
             name=name,
             message=message,
             now=now,

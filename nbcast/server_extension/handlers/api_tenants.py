@@ -1,12 +1,14 @@
-"""``/nbcast/api/v1/tenants``: tenants and their quotas, for the operator only.
+"""``/nbcast/api/v1/tenants``: tenants and their quotas.
 
-These act across tenants, so they belong to the operator's users
-(``NbcastApp.admin_users``): every handler calls
-:meth:`~nbcast.server_extension.handlers.base.NbcastMixin.require_admin` before any
-work, and anyone else gets 403 whatever the path names. The quota change is
-:func:`nbcast.governance.tenants.set_quota` — the validation ``nbcast tenants
-set-quota`` gets: known fields only, each above 0 and within
+Each handler calls the command layer (:mod:`nbcast.governance.tenants`), which
+checks who asks: every tenant is listed for operators only; one tenant is shown to
+an operator or a member of it (anyone else: 404); quotas are changed by an admin of
+that tenant or an operator — with the validation ``nbcast tenants set-quota`` gets:
+known fields only, each above 0 and within
 :data:`~nbcast.governance.tenants.QUOTA_BOUNDS`, finite, whole where it must be.
+Operators are named by the operators table (``nbcast users grant NAME operator``;
+the server's owner on a fresh home, and ``NbcastApp.admin_users``, which the server
+grants when it starts).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.config import TENANT_NAME
 from nbcast.errors import ConfigError
-from nbcast.governance.models import Tenant
 from nbcast.governance.tenants import (
     QUOTA_BOUNDS,
     QUOTA_FIELDS,
-    all_tenants,
-    get_tenant,
-    set_quota,
+    TenantRecord,
+    change_quota,
+    list_tenants,
+    tenant_record,
 )
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
@@ -86,13 +88,9 @@ TENANT_PARAM = Param(
 )
 
 
-def tenant_json(tenant: Tenant) -> dict[str, Any]:
-    """A tenant's JSON form: ``nbcast tenants list --json``'s keys, and when it was made."""
-    return {
-        "name": tenant.name,
-        "created_at": tenant.created_at,
-        **{f: getattr(tenant, f) for f in QUOTA_FIELDS},
-    }
+def tenant_json(tenant: TenantRecord) -> dict[str, Any]:
+    """The API's ``Tenant``."""
+    return {"name": tenant.name, "created_at": tenant.created_at, **tenant.quotas}
 
 
 class _TenantBase(ApiHandler):
@@ -103,10 +101,7 @@ class _TenantBase(ApiHandler):
 
     def one(self, name: str) -> dict[str, Any]:
         with self.state.db.session() as session:
-            try:
-                return tenant_json(get_tenant(session, name))
-            except ConfigError:
-                raise ApiError(404, f"no tenant {name!r}", code="not_found") from None
+            return tenant_json(tenant_record(session, self.caller, name, self.state.clock.now()))
 
 
 @route(
@@ -126,12 +121,20 @@ class TenantsHandler(_TenantBase):
     @authorized
     async def get(self) -> None:
         """Every tenant."""
-        self.require_admin()
         self.write_json({"items": await self.call(self._all)})
 
     def _all(self) -> list[dict[str, Any]]:
-        with self.state.db.session() as session:
-            return [tenant_json(t) for t in all_tenants(session)]
+        items: list[dict[str, Any]] = []
+        after = None
+        with self.state.db.session() as session:  # every page: the operator asked for all
+            while True:
+                page = list_tenants(
+                    session, self.caller, self.state.clock.now(), limit=1000, after=after
+                )
+                items += [tenant_json(t) for t in page.items]
+                if page.next_after is None:
+                    return items
+                after = page.next_after
 
 
 @route(
@@ -152,7 +155,6 @@ class TenantHandler(_TenantBase):
     @authorized
     async def get(self, tenant: str) -> None:
         """The tenant; 404 when there is none of that name."""
-        self.require_admin()
         self.write_json(await self.call(self.one, self.tenant_name(tenant)))
 
 
@@ -175,7 +177,6 @@ class TenantQuotaHandler(_TenantBase):
     @authorized
     async def patch(self, tenant: str) -> None:
         """Change the quotas named in the body; answer the tenant as it now is."""
-        self.require_admin()
         name = self.tenant_name(tenant)
         body = self.json_object()
         if not body:
@@ -194,8 +195,9 @@ class TenantQuotaHandler(_TenantBase):
     def _change(self, name: str, values: dict[str, Any]) -> dict[str, Any]:
         self.one(name)  # 404 before any write
         try:
-            with self.state.db.session() as session:
-                return tenant_json(set_quota(session, name, **values))
+            return tenant_json(
+                change_quota(self.state.db, self.state.clock, self.caller, name, **values)
+            )
         except ConfigError as exc:
             field = next((f for f in values if str(exc).startswith(f)), None)
             raise ApiError(400, str(exc), field=field) from None

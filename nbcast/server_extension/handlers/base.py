@@ -25,7 +25,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from nbcast.access import Caller
-from nbcast.errors import AccessDeniedError, ConfigError, NbcastError
+from nbcast.errors import ConfigError, NbcastError
 from nbcast.limits import json_problem, storable_text
 from nbcast.server_extension.errors import ApiError, error_body, status_of
 from nbcast.server_extension.identity import caller_for
@@ -59,14 +59,9 @@ class NbcastMixin:
     def caller(self) -> Caller:
         """Who the request acts for; AccessDeniedError if the user has no tenant."""
         options = self.state.options
-        return caller_for(self.current_user, options.tenant_map, options.default_tenant)
-
-    def require_admin(self) -> Caller:
-        """The caller, if it is one of the operator's users (``admin_users``)."""
-        caller = self.caller
-        if caller.user not in self.state.options.admin_users:
-            raise AccessDeniedError(f"{caller.user} is not an nbcast administrator")
-        return caller
+        return caller_for(
+            self.current_user, options.tenant_map, options.default_tenant, self.state.settings.user
+        )
 
     async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` in the extension's thread pool."""

@@ -5,10 +5,10 @@ Scraping needs jupyter-server's authentication and authorization (``@authorized`
 resource ``nbcast``: send ``Authorization: token …``) unless the operator sets
 ``NbcastApp.metrics_open = True`` — then anyone who reaches the server may scrape,
 so open it only where the network is the protection (a scrape port behind the
-proxy). The per-tenant queue depth, which names tenants, is served to
-administrators (``NbcastApp.admin_users``), to the server's own token (the operator's
-credential, which a Prometheus scrape job normally carries) and on an open endpoint;
-a tenant's user who scrapes sees the totals only.
+proxy). The per-tenant queue depth, which names tenants, is served to operators
+(the server's own token — the owner's credential, which a Prometheus scrape job
+normally carries — and anyone granted the operator role, ``NbcastApp.admin_users``
+included) and on an open endpoint; a tenant's user who scrapes sees the totals only.
 """
 
 from __future__ import annotations
@@ -43,10 +43,15 @@ class MetricsHandler(ApiHandler):
     @authorized
     async def _authorized(self) -> None:
         """For an authenticated, authorized user; tenants named for administrators."""
-        self.caller  # noqa: B018 - a user without a tenant is refused here too
-        operator = is_anonymous(self.current_user)  # the server's own token
-        admin = operator or self.caller.user in self.state.options.admin_users
-        await self._expose(per_tenant=admin)
+        caller = self.caller  # a user without a tenant is refused here too
+        operator = is_anonymous(self.current_user) or await self.call(self._operates, caller.user)
+        await self._expose(per_tenant=operator)
+
+    def _operates(self, user: str) -> bool:
+        from nbcast.governance.roles import is_operator
+
+        with self.state.db.session() as session:
+            return is_operator(session, user)
 
     async def _expose(self, *, per_tenant: bool) -> None:
         registry = metrics_registry(self.state.db, self.state.clock, per_tenant=per_tenant)
