@@ -44,6 +44,7 @@ __all__ = [
     "OverlapPolicy",
     "ReportSpec",
     "ScheduleSpec",
+    "SlaSpec",
     "StalenessAction",
     "Subscription",
     "parse_spec",
@@ -168,6 +169,25 @@ class Subscription:
     to: str
     formats: tuple[OutputFormat, ...] = ()
     only_if: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    """Recipient-scoped parameter values (:mod:`nbcast.definitions.audiences`)."""
+    row_filter: dict[str, Any] = field(default_factory=dict)
+    """Recipient-scoped row-filter attributes the warehouse applies."""
+
+    @property
+    def audience(self) -> str:
+        """The key of the audience this subscription belongs to."""
+        from nbcast.definitions.audiences import audience_key
+
+        return audience_key(self.parameters, self.row_filter)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlaSpec:
+    """A delivery promise: every slot delivered (a delivery SENT) within
+    ``delivered_within`` of its fire time (:mod:`nbcast.governance.sla`)."""
+
+    delivered_within: timedelta
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +200,7 @@ class ReportSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputFormat, ...] = (OutputFormat.html,)
     subscriptions: tuple[Subscription, ...] = ()
+    sla: SlaSpec | None = None
 
 
 def _require(value: Any, kind: type | tuple[type, ...], path: str, what: str) -> Any:
@@ -405,7 +426,9 @@ def _formats(value: Any, path: str) -> tuple[OutputFormat, ...]:
     return tuple(formats)
 
 
-def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subscription, ...]:
+def _subscriptions(
+    value: Any, outputs: tuple[OutputFormat, ...], schema: Any = ()
+) -> tuple[Subscription, ...]:
     _require(value, list, "subscriptions", "a list")
     if len(value) > MAX_SUBSCRIPTIONS:
         raise MetadataError("subscriptions", f"more than {MAX_SUBSCRIPTIONS:,} subscriptions")
@@ -417,7 +440,7 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
     for i, item in enumerate(value):
         path = f"subscriptions[{i}]"
         _require(item, dict, path, "a mapping")
-        _no_unknown(item, {"channel", "to", "formats", "only_if"}, path)
+        _no_unknown(item, {"channel", "to", "formats", "only_if", "parameters", "row_filter"}, path)
         channel = _require(item.get("channel"), str, f"{path}.channel", "a channel name")
         if channel not in known:
             raise MetadataError(
@@ -433,6 +456,20 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
         problem = kind.check_recipient(to)
         if problem:
             raise MetadataError(f"{path}.to", problem)
+        from nbcast.definitions.audiences import parse_row_filter, parse_scoped_parameters
+
+        scoped = (
+            parse_scoped_parameters(item["parameters"], schema, f"{path}.parameters")
+            if "parameters" in item
+            else {}
+        )
+        row_filter = (
+            parse_row_filter(item["row_filter"], f"{path}.row_filter")
+            if "row_filter" in item
+            else {}
+        )
+        # One recipient on one channel is one ledger row per run; in two audiences
+        # they would get two different reports for one slot.
         identity = (channel, kind.normalize_recipient(to))
         if identity in seen:
             raise MetadataError(path, f"{channel} recipient {clip(to)} is listed twice")
@@ -446,7 +483,16 @@ def _subscriptions(value: Any, outputs: tuple[OutputFormat, ...]) -> tuple[Subsc
             raise MetadataError(
                 f"{path}.only_if", f"{clip(only_if)} is not one of " + "|".join(CONDITIONS)
             )
-        result.append(Subscription(channel=channel, to=to, formats=formats, only_if=only_if))
+        result.append(
+            Subscription(
+                channel=channel,
+                to=to,
+                formats=formats,
+                only_if=only_if,
+                parameters=scoped,
+                row_filter=row_filter,
+            )
+        )
     return tuple(result)
 
 
@@ -464,7 +510,9 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         field, _, message = problem.partition(": ")
         raise MetadataError(field.removeprefix("nbcast.") or "nbcast", message)
     _no_unknown(
-        block, {"name", "description", "schedule", "parameters", "outputs", "subscriptions"}, ""
+        block,
+        {"name", "description", "schedule", "parameters", "outputs", "subscriptions", "sla"},
+        "",
     )
     kwargs: dict[str, Any] = {}
     if "name" in block:
@@ -490,8 +538,25 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         raise MetadataError("outputs", "needs at least one format")
     kwargs["outputs"] = outputs
     if "subscriptions" in block:
-        kwargs["subscriptions"] = _subscriptions(block["subscriptions"], outputs)
+        kwargs["subscriptions"] = _subscriptions(block["subscriptions"], outputs, schema)
+    if "sla" in block:
+        kwargs["sla"] = _sla(block["sla"])
     return ReportSpec(**kwargs)
+
+
+MIN_SLA = timedelta(minutes=1)
+MAX_SLA = timedelta(days=7)
+
+
+def _sla(value: Any) -> SlaSpec:
+    _require(value, dict, "sla", "a mapping")
+    _no_unknown(value, {"delivered_within"}, "sla")
+    if "delivered_within" not in value:
+        raise MetadataError("sla.delivered_within", "is required (a duration such as 30m)")
+    within = _duration(value["delivered_within"], "sla.delivered_within", MAX_SLA)
+    if within < MIN_SLA:
+        raise MetadataError("sla.delivered_within", "must be at least 1m")
+    return SlaSpec(delivered_within=within)
 
 
 def check_name(name: str) -> str:

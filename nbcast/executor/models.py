@@ -156,7 +156,9 @@ class Run(Base):
 
     __tablename__ = "runs"
     __table_args__ = (
-        sa.UniqueConstraint("definition_id", "slot_key", name="uq_runs_definition_slot"),
+        sa.UniqueConstraint(
+            "definition_id", "slot_key", "audience", name="uq_runs_definition_slot"
+        ),
         sa.Index(
             "ix_runs_active",
             "definition_id",
@@ -191,6 +193,11 @@ class Run(Base):
     version: Mapped[int]
     kind: Mapped[str] = mapped_column(sa.String(16))
     slot_key: Mapped[str | None] = mapped_column(sa.String(32))
+    audience: Mapped[str] = mapped_column(sa.String(16), default="", server_default="")
+    """The recipient scope this run is for (``""``: the base audience): a slot has one
+    row per audience (:mod:`nbcast.definitions.audiences`)."""
+    row_filter: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """The audience's row-filter attributes, applied by the warehouse to every query."""
     fire_at: Mapped[datetime]
     state: Mapped[str] = mapped_column(sa.String(16))
     reason: Mapped[str | None] = mapped_column(sa.String(32))
@@ -270,6 +277,10 @@ class RunAttempt(Base):
     duration_s: Mapped[float | None] = mapped_column(default=None)
     kernel_start_s: Mapped[float | None] = mapped_column(default=None)
     artifact_sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
+    cpu_s: Mapped[float | None] = mapped_column(default=None)
+    """CPU seconds the attempt's kernel used (user + system, with its children)."""
+    peak_mem_mb: Mapped[float | None] = mapped_column(default=None)
+    """The kernel's peak resident memory, MB."""
 
 
 class WarehouseUsage(Base):

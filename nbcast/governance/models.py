@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,7 +11,19 @@ from sqlalchemy.orm import Mapped, mapped_column
 from nbcast.db import Base, JSONType, utcnow
 from nbcast.executor.models import DEFAULT_MAX_ATTEMPTS
 
-__all__ = ["AuditEntry", "AuditHead", "Operator", "ServiceHeartbeat", "Tenant", "User"]
+__all__ = [
+    "AuditEntry",
+    "AuditHead",
+    "CostDay",
+    "GovernanceJob",
+    "Operator",
+    "ServiceHeartbeat",
+    "SlaMiss",
+    "SlaWatermark",
+    "Tenant",
+    "TenantUsageDay",
+    "User",
+]
 
 
 class Tenant(Base):
@@ -34,6 +46,12 @@ class Tenant(Base):
     warehouse_budget_bytes: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
     warehouse: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The warehouse connections the tenant's runs may use (None: the embedded lake)."""
+    # Budgets per UTC day (None: none) — nbcast.governance.budgets.
+    budget_warehouse_bytes_per_day: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
+    budget_cpu_s_per_day: Mapped[float | None] = mapped_column(default=None)
+    # Retention (None: keep forever) — nbcast.governance.retention.
+    retain_artifacts_days: Mapped[int | None] = mapped_column(default=None)
+    retain_rows_days: Mapped[int | None] = mapped_column(default=None)
 
 
 class User(Base):
@@ -126,3 +144,104 @@ class ServiceHeartbeat(Base):
     errors: Mapped[int] = mapped_column(sa.BigInteger, default=0)
     last_error: Mapped[str | None] = mapped_column(sa.Text, default=None)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+
+
+class TenantUsageDay(Base):
+    """A tenant's use of one UTC day: what its daily budgets are held to. Added to by
+    the execution plane as attempts end (:mod:`nbcast.governance.budgets`)."""
+
+    __tablename__ = "tenant_usage_days"
+
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), primary_key=True)
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    cpu_s: Mapped[float] = mapped_column(default=0.0, server_default="0")
+    warehouse_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0, server_default="0")
+    attempts: Mapped[int] = mapped_column(default=0, server_default="0")
+
+
+class CostDay(Base):
+    """The cost figures of one tenant's runs of one definition on one UTC day, kept
+    when retention deletes the runs (:mod:`nbcast.governance.cost`)."""
+
+    __tablename__ = "cost_days"
+
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), primary_key=True)
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    definition_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("report_definitions.id"), primary_key=True
+    )
+    runs: Mapped[int]
+    attempts: Mapped[int]
+    cpu_s: Mapped[float]
+    wall_s: Mapped[float]
+    peak_mem_mb: Mapped[float]
+    warehouse_rows: Mapped[int] = mapped_column(sa.BigInteger)
+    warehouse_bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    warehouse_s: Mapped[float]
+    render_s: Mapped[float]
+    deliveries: Mapped[int]
+
+
+class SlaMiss(Base):
+    """A slot that was not delivered within its definition's SLA: one row per slot,
+    however many scheduler replicas look (:mod:`nbcast.governance.sla`); its alert is
+    sent by a delivery worker."""
+
+    __tablename__ = "sla_misses"
+    __table_args__ = (
+        sa.UniqueConstraint("definition_id", "slot_key", name="uq_sla_misses_slot"),
+        sa.Index("ix_sla_misses_tenant_fire", "tenant_id", "fire_at"),
+        sa.Index(
+            "ix_sla_misses_alerts",
+            "alert_not_before",
+            postgresql_where=sa.text("alert_state = 'PENDING'"),
+            sqlite_where=sa.text("alert_state = 'PENDING'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    definition_id: Mapped[int] = mapped_column(sa.ForeignKey("report_definitions.id"))
+    slot_key: Mapped[str] = mapped_column(sa.String(32))
+    fire_at: Mapped[datetime]
+    deadline: Mapped[datetime]
+    detected_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(sa.String(16))
+    """The slot's run state when the miss was found (or ``UNMATERIALIZED``)."""
+    reason: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    alert_state: Mapped[str] = mapped_column(sa.String(16))
+    """``PENDING``, ``SENT``, ``FAILED`` or ``NONE`` (no alert channel configured)."""
+    alert_attempts: Mapped[int] = mapped_column(default=0, server_default="0")
+    alert_not_before: Mapped[datetime]
+    alert_lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    alert_lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    alert_channel: Mapped[str | None] = mapped_column(sa.String(32), default=None)
+    alert_to: Mapped[str | None] = mapped_column(sa.String(512), default=None)
+    alerted_at: Mapped[datetime | None] = mapped_column(default=None)
+    alert_error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+
+
+class SlaWatermark(Base):
+    """How far a definition's slots have been checked against its SLA."""
+
+    __tablename__ = "sla_watermarks"
+
+    definition_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("report_definitions.id"), primary_key=True
+    )
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    checked_until: Mapped[datetime]
+
+
+class GovernanceJob(Base):
+    """A periodic governance job (retention): when it last ran, and who runs it now
+    (a lease, so one scheduler replica runs it)."""
+
+    __tablename__ = "governance_jobs"
+
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    last_day: Mapped[date | None] = mapped_column(sa.Date, default=None)
+    last_run_at: Mapped[datetime | None] = mapped_column(default=None)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
