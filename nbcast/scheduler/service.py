@@ -13,7 +13,11 @@ rolls back whole transactions.
 With the embedded SQLite database only one scheduler may run: it holds a file lock
 beside the database *file* (:func:`scheduler_lock`; two homes pointing at one
 database file share it), and a second one exits with a clear message. On
-PostgreSQL any number of replicas share the work.
+PostgreSQL any number ofreplicas share the work.
+
+After its own work each step runs the governance plane's periodic jobs
+(:mod:`nbcast.governance.jobs`: the SLA monitor, the daily retention pass); a job
+that fails is logged and never holds up the slots.
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ class SchedulerService(Service):
         self.failed = 0
         self.sync_interval = sync_interval
         self._next_sync = 0.0
+        from nbcast.governance.jobs import GovernanceRunner
+
+        self.governance = GovernanceRunner(db, clock, owner=self.name)
 
     def stop(self) -> None:
         """End the loop after the current iteration."""
@@ -123,6 +130,14 @@ class SchedulerService(Service):
                 continue
             self.total += result.slots
             self.failed += result.failed
+            try:
+                ran = self.governance.step()
+            except Exception as exc:  # the database is away: the slots are done already
+                yield Step(error=exc, sleep=min(1.0, self.max_sleep), detail=self._detail())
+                continue
+            for job, summary in ran.items():
+                if any(v for k, v in summary.items() if k != "seconds"):
+                    log.info("governance %s: %s", job, summary)
             if result.slots:
                 log.info(
                     "materialized %d slots of %d definitions %s",
@@ -134,7 +149,11 @@ class SchedulerService(Service):
         log.info("scheduler %s stopped after %d slots", self.name, self.total)
 
     def _detail(self) -> dict[str, int]:
-        return {"slots_materialized": self.total, "definitions_failed": self.failed}
+        return {
+            "slots_materialized": self.total,
+            "definitions_failed": self.failed,
+            "governance_failures": self.governance.failures,
+        }
 
     def _sleep_seconds(self) -> float:
         try:

@@ -1,0 +1,163 @@
+"""The governance plane's periodic work, run by the scheduler service.
+
+Two kinds, both driven by the scheduler's clock (so an accelerated clock drives them
+in tests) and both safe with several scheduler replicas:
+
+- **frequent** checks run at most every :data:`FREQUENT_EVERY` of clock time in each
+  replica (the SLA monitor). Each is idempotent: what it records is unique in the
+  database, so two replicas finding the same thing record it once.
+- **daily** jobs run once per UTC day in the whole installation (retention). A
+  replica leases the job's row in ``governance_jobs`` (``lease_owner``,
+  ``lease_expires_at``); the others skip it while the lease holds, and a replica
+  that died mid-job leaves a lease that expires after :data:`DAILY_LEASE`.
+
+A job that fails is logged and retried at the next step (daily ones keep their day
+unrecorded); it never stops the scheduler's own work, which runs first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from nbcast.clock import Clock
+from nbcast.db import Database, insert_ignore
+from nbcast.governance.models import GovernanceJob
+
+__all__ = [
+    "DAILY_LEASE",
+    "FREQUENT_EVERY",
+    "GovernanceRunner",
+    "daily_jobs",
+    "frequent_checks",
+]
+
+log = logging.getLogger("nbcast.governance")
+
+FREQUENT_EVERY = timedelta(seconds=30)
+"""Clock time between two runs of the frequent checks in one replica."""
+
+DAILY_LEASE = timedelta(hours=1)
+"""How long a replica holds a daily job before another may take it over."""
+
+Job = Callable[[Database, Clock], dict[str, Any]]
+"""A job: does its work, returns a small JSON-able summary."""
+
+
+def frequent_checks() -> dict[str, Job]:
+    """The frequent checks, by name."""
+    from nbcast.governance.sla import check_slas
+
+    return {"sla": check_slas}
+
+
+def daily_jobs() -> dict[str, Job]:
+    """The daily jobs, by name."""
+    from nbcast.governance.retention import retention_job
+
+    return {"retention": retention_job}
+
+
+@dataclass
+class GovernanceRunner:
+    """Runs the governance jobs from a scheduler replica's loop (module docstring)."""
+
+    db: Database
+    clock: Clock
+    owner: str
+    frequent: dict[str, Job] = field(default_factory=frequent_checks)
+    daily: dict[str, Job] = field(default_factory=daily_jobs)
+    last_frequent: datetime | None = None
+    failures: int = 0
+    done_day: dict[str, Any] = field(default_factory=dict)
+    """The last UTC day each daily job is known to have run (no database trip until
+    the day changes)."""
+
+    def step(self) -> dict[str, dict[str, Any]]:
+        """Run what is due now; return the summaries of what ran."""
+        now = self.clock.now()
+        done: dict[str, dict[str, Any]] = {}
+        if self.last_frequent is None or now - self.last_frequent >= FREQUENT_EVERY:
+            self.last_frequent = now
+            for name, job in self.frequent.items():
+                self._run(name, job, done)
+        today = now.astimezone(UTC).date()
+        for name, job in self.daily.items():
+            if self.done_day.get(name) == today:
+                continue
+            if self._lease(name, now):
+                if self._run(name, job, done):
+                    self._finish(name, now, done[name])
+                    self.done_day[name] = today
+                else:
+                    self._release(name)
+            elif self._ran_today(name, today):
+                self.done_day[name] = today
+        return done
+
+    def _run(self, name: str, job: Job, done: dict[str, dict[str, Any]]) -> bool:
+        started = time.monotonic()
+        try:
+            summary = job(self.db, self.clock)
+        except Exception:
+            self.failures += 1
+            log.exception("governance job %s failed; it is retried at the next step", name)
+            return False
+        done[name] = {**summary, "seconds": round(time.monotonic() - started, 3)}
+        return True
+
+    def _lease(self, name: str, now: datetime) -> bool:
+        """Take the daily job ``name`` if today's run is still to do and nobody holds it."""
+        today = now.astimezone(UTC).date()
+        with self.db.session() as session:
+            session.execute(insert_ignore(GovernanceJob, [{"name": name}], self.db.dialect))
+            result = session.execute(
+                sa.update(GovernanceJob)
+                .where(
+                    GovernanceJob.name == name,
+                    sa.or_(GovernanceJob.last_day.is_(None), GovernanceJob.last_day < today),
+                    sa.or_(
+                        GovernanceJob.lease_expires_at.is_(None),
+                        GovernanceJob.lease_expires_at < now,
+                        GovernanceJob.lease_owner == self.owner,
+                    ),
+                )
+                .values(lease_owner=self.owner, lease_expires_at=now + DAILY_LEASE)
+            )
+            return bool(getattr(result, "rowcount", 0))
+
+    def _ran_today(self, name: str, today: Any) -> bool:
+        with self.db.session() as session:
+            return bool(
+                session.scalar(
+                    sa.select(GovernanceJob.last_day == today).where(GovernanceJob.name == name)
+                )
+            )
+
+    def _finish(self, name: str, now: datetime, summary: dict[str, Any]) -> None:
+        with self.db.session() as session:
+            session.execute(
+                sa.update(GovernanceJob)
+                .where(GovernanceJob.name == name, GovernanceJob.lease_owner == self.owner)
+                .values(
+                    last_day=now.astimezone(UTC).date(),
+                    last_run_at=now,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    last_result=summary,
+                )
+            )
+
+    def _release(self, name: str) -> None:
+        with self.db.session() as session:
+            session.execute(
+                sa.update(GovernanceJob)
+                .where(GovernanceJob.name == name, GovernanceJob.lease_owner == self.owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
