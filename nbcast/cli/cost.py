@@ -1,0 +1,10 @@
+"""``nbcast cost``: see :mod:`nbcast.governance.cost`."""
+
+from __future__ import annotations
+
+import click
+
+__all__: list[str] = []
+
+COMMANDS: list[click.Command] = []
+"""The commands this module adds to ``nbcast``."""
