@@ -33,13 +33,16 @@ import click
 
 from nbcast.cli import (
     audit,
+    cost,
     db,
     definitions,
     delivery,
+    retention,
     runs,
     schedule,
     scheduler,
     server,
+    sla,
     tenants,
     users,
     worker,
@@ -85,6 +88,9 @@ for _area in (
     tenants,
     users,
     audit,
+    retention,
+    cost,
+    sla,
     delivery,
     server,
 ):
