@@ -24,6 +24,7 @@ from nbcast.cli import main
 from nbcast.db import Database
 from nbcast.definitions.parameters import parse_parameters_cell
 from nbcast.errors import ParametersCellError
+from tests.members import grant_url
 from tests.notebooks import make_notebook
 
 TABLES = (
@@ -33,6 +34,8 @@ TABLES = (
     "definition_versions",
     "runs",
     "unsubscriptions",
+    "operators",
+    "audit_log",
 )
 
 
@@ -498,23 +501,39 @@ def test_the_home_is_private_and_an_open_home_is_tightened(
             assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
 
 
-def test_tenant_commands_are_for_the_operator(
-    use_db: str, capsys: pytest.CaptureFixture[str]
+def test_tenant_commands_are_for_operators_and_quotas_for_admins(
+    use_db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert run(capsys, "tenants", "create", "a")[0] == 0
-    assert run(capsys, "tenants", "create", "b")[0] == 0
+    """The home's first user (tester) is its operator; bob, an admin of tenant b, may
+    change b's quotas and nothing that is an operator's; carol, an author there, not
+    even b's quotas."""
+    assert run(capsys, "tenants", "create", "a", "--admin", "ana")[0] == 0
+    assert run(capsys, "tenants", "create", "b", "--admin", "bob")[0] == 0
+    code, out, _ = run(capsys, "tenants", "list", "--json")
+    assert (code, [t["name"] for t in json.loads(out)]) == (0, ["a", "b", "default"])
+    grant_url(use_db, "b", "carol", "author")
     before = counts(use_db)
-    for argv in (
-        ["--tenant", "b", "tenants", "set-quota", "a", "--cpus", "2"],
-        ["--tenant", "b", "tenants", "list"],
-        ["--tenant", "b", "tenants", "create", "c"],
+    for user, argv, message in (
+        (
+            "bob",
+            ["--tenant", "b", "tenants", "set-quota", "a", "--cpus", "2"],
+            "no role in tenant a",
+        ),
+        ("bob", ["--tenant", "b", "tenants", "list"], "is for operators"),
+        ("bob", ["--tenant", "b", "tenants", "create", "c"], "is for operators"),
+        ("bob", ["tenants", "list"], "is for operators"),
+        ("carol", ["--tenant", "b", "tenants", "set-quota", "b", "--cpus", "2"], "needs the admin"),
     ):
-        assert_refused(*run(capsys, *argv), "for the operator")
+        monkeypatch.setenv("NBCAST_USER", user)
+        assert_refused(*run(capsys, *argv), message)
     assert counts(use_db) == before
-    code, _out, _ = run(
-        capsys, "--tenant", "b", "tenants", "--operator", "set-quota", "a", "--cpus", "2"
-    )
-    assert code == 0
+    monkeypatch.setenv("NBCAST_USER", "bob")
+    assert run(capsys, "--tenant", "b", "tenants", "set-quota", "b", "--cpus", "2")[0] == 0
+    monkeypatch.setenv("NBCAST_USER", "tester")
+    assert run(capsys, "--tenant", "b", "tenants", "set-quota", "a", "--cpus", "3")[0] == 0
+    code, out, _ = run(capsys, "tenants", "list", "--json")
+    quotas = {t["name"]: t["cpus_per_run"] for t in json.loads(out)}
+    assert (quotas["a"], quotas["b"]) == (3.0, 2.0)
 
 
 def test_an_unsubscribe_token_acts_only_within_its_tenant(

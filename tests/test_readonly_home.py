@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 
 from nbcast.db import Database
+from nbcast.governance.models import Operator
 from tests.conftest import service_missing
+from tests.members import grant
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -114,13 +116,18 @@ def assert_one_error_line(done: subprocess.CompletedProcess[str], message: str) 
     assert done.stdout == ""
 
 
-def database_of_root(home: Path, revision: str) -> Path:
+def database_of_root(home: Path, revision: str, operator: str | None = None) -> Path:
     """``home`` belongs to nobody (0700); its ``nbcast.db``, at ``revision``, to root
-    (0644: nobody may read it, not write it)."""
+    (0644: nobody may read it, not write it); ``operator`` (at head) already its
+    operator and the default tenant's admin, so that reading writes nothing."""
     home.mkdir(mode=0o700)
     path = home / "nbcast.db"
     db = Database.open(f"sqlite:///{path}", upgrade=False)
     db.upgrade(revision)
+    if operator is not None:
+        with db.session() as session:
+            session.add(Operator(name=operator, granted_by="test"))
+        grant(db, "default", operator, "admin")
     db.dispose()
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:  # as nbcast leaves it
@@ -180,7 +187,7 @@ def test_a_read_only_database_that_needs_migrating(
 
 
 def test_a_read_only_database_at_head_reads_but_refuses_writes(base: Path, nbcast: Runner) -> None:
-    path = database_of_root(base / "home", "head")
+    path = database_of_root(base / "home", "head", operator=os.environ["NBCAST_USER"])
     before = path.read_bytes()
     upgrade = nbcast(path.parent, "db", "upgrade")  # nothing to do: not an error
     assert upgrade.returncode == 0, upgrade.stderr

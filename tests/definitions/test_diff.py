@@ -38,6 +38,7 @@ from nbcast.definitions.notebook import canonical_json, notebook_sha256
 from nbcast.definitions.queries import VersionInfo
 from nbcast.definitions.versions import publish
 from tests.definitions.reads import get_version
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 
@@ -293,6 +294,8 @@ def test_a_huge_rendering_is_cut_with_a_note() -> None:
 
 
 def test_published_versions_diff_bounded(db: Database, tmp_path: Path) -> None:
+    grant(db, "default", "ana")
+    grant(db, "default", "tester", "viewer")
     line = _prose(20_000)
     path = tmp_path / "sales.ipynb"
     make_notebook(path, extra_cells=[_cell("long", f"# Sales\n{line}\n", "markdown")])

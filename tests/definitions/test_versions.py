@@ -14,6 +14,7 @@ from nbcast.definitions.diff_render import render_diff
 from nbcast.definitions.versions import publish
 from nbcast.errors import DuplicateDefinitionError, UnknownDefinitionError
 from tests.definitions.reads import get_version, list_definitions, list_versions
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 BLOCK = {
@@ -25,6 +26,9 @@ BLOCK = {
 
 
 def test_versions_count_up_and_identical_content_adds_none(db: Database, tmp_path: Path) -> None:
+    for author in ("ana", "bob"):
+        grant(db, "default", author)
+    grant(db, "default", "tester", "viewer")
     path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
     first = publish(db, path, caller=Caller(tenant="default", user="ana"), message="first")
     again = publish(db, path, caller=Caller(tenant="default", user="bob"), message="again")
@@ -45,6 +49,8 @@ def test_versions_count_up_and_identical_content_adds_none(db: Database, tmp_pat
 
 
 def test_a_version_is_stored_normalized_with_schema_and_block(db: Database, tmp_path: Path) -> None:
+    grant(db, "default", "ana")
+    grant(db, "default", "tester", "viewer")
     path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
     nb = json.loads(path.read_text())
     nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "x"}]
@@ -62,6 +68,8 @@ def test_a_version_is_stored_normalized_with_schema_and_block(db: Database, tmp_
 
 
 def test_a_name_belongs_to_its_file(db: Database, tmp_path: Path) -> None:
+    grant(db, "default", "a")
+    grant(db, "default", "tester", "viewer")
     publish(
         db,
         make_notebook(tmp_path / "a.ipynb", nbcast=BLOCK),
@@ -75,10 +83,9 @@ def test_a_name_belongs_to_its_file(db: Database, tmp_path: Path) -> None:
 
 
 def test_names_are_per_tenant(db: Database, tmp_path: Path) -> None:
-    from nbcast.governance.tenants import ensure_tenant
-
-    with db.session() as session:
-        ensure_tenant(session, "acme")
+    for tenant in ("default", "acme"):
+        grant(db, tenant, "a")
+        grant(db, tenant, "tester", "viewer")
     path = make_notebook(tmp_path / "a.ipynb", nbcast=BLOCK)
     publish(db, path, caller=Caller(tenant="default", user="a"))
     other = make_notebook(tmp_path / "b.ipynb", nbcast=BLOCK)
@@ -90,6 +97,8 @@ def test_names_are_per_tenant(db: Database, tmp_path: Path) -> None:
 
 
 def test_diff_between_versions(db: Database, tmp_path: Path) -> None:
+    grant(db, "default", "ana")
+    grant(db, "default", "tester", "viewer")
     path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
     publish(db, path, caller=Caller(tenant="default", user="ana"))
     make_notebook(path, parameters='region = "EMEA"\ntop_n = 20\n', nbcast=BLOCK)
