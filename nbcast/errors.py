@@ -233,7 +233,8 @@ class LeaseLostError(ExecutionError):
 
 
 class QueryLimitExceeded(NbcastError):
-    """A warehouse query hit a cap. ``limit`` is ``rows``, ``bytes`` or ``seconds``."""
+    """A warehouse query hit a cap. ``limit`` is ``rows``, ``bytes``, ``seconds`` or
+    ``budget`` (the tenant's daily warehouse budget)."""
 
     def __init__(self, limit: str, cap: float, message: str) -> None:
         super().__init__(limit, cap, message)

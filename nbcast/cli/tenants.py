@@ -35,9 +35,15 @@ _QUOTA_OPTIONS = [
     click.option("--share", type=float, help="Weight for fair share (default 1)."),
     click.option(
         "--budget-bytes",
-        "warehouse_budget_bytes",
+        "budget_warehouse_bytes_per_day",
         type=int,
-        help="Warehouse bytes per calendar month.",
+        help="Warehouse bytes the tenant's runs may read per UTC day.",
+    ),
+    click.option(
+        "--budget-cpu-seconds",
+        "budget_cpu_s_per_day",
+        type=float,
+        help="Kernel CPU seconds the tenant's runs may use per UTC day.",
     ),
 ]
 
@@ -106,7 +112,8 @@ def tenants_list(app: AppContext, as_json: bool) -> None:
             "timeout s",
             "attempts",
             "share",
-            "budget bytes",
+            "bytes/day",
+            "CPU s/day",
         ],
         [
             (
@@ -117,7 +124,8 @@ def tenants_list(app: AppContext, as_json: bool) -> None:
                 r["run_timeout_s"],
                 r["max_attempts"],
                 r["share"],
-                r["warehouse_budget_bytes"] or "unlimited",
+                r["budget_warehouse_bytes_per_day"] or "unlimited",
+                r["budget_cpu_s_per_day"] or "unlimited",
             )
             for r in rows
         ],

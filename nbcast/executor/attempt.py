@@ -97,6 +97,7 @@ from nbcast.executor.storable import (
     storable_error,
     storable_text,
 )
+from nbcast.executor.watchdog import KernelUsage
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -136,6 +137,10 @@ class AttemptJob:
     run: dict[str, Any] | None = None
     """The run context the notebook reads with ``nbcast.context()``
     (:meth:`nbcast.executor.leases.Lease.run_context`)."""
+    row_filter: dict[str, Any] | None = None
+    """The run's recipient scope, applied by the warehouse to every query."""
+    budget_bytes_left: int | None = None
+    """Warehouse bytes the tenant's daily budget has left (None: no budget)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +159,10 @@ class AttemptOutcome:
     a permanent failure's reason (:mod:`nbcast.executor.preflight`) on a failure."""
     retryable: bool = True
     """False for a failure no retry can fix: the run ends FAILED at once."""
+    cpu_s: float | None = None
+    """CPU seconds the kernel used (:class:`~nbcast.executor.watchdog.KernelUsage`)."""
+    peak_mem_mb: float | None = None
+    """The kernel's peak resident memory, MB."""
 
 
 def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
@@ -164,6 +173,8 @@ def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
         lake = job.lake or os.environ.get("NBCAST_LAKE") or "lake"
         connections = {"default": {"kind": "parquet", "path": str(Path(lake).resolve())}}
     limits = {**DEFAULT_LIMITS, **configured.get("limits", {})}
+    if job.budget_bytes_left is not None:  # a query may not cross the day's budget
+        limits["budget_bytes_left"] = max(0, int(job.budget_bytes_left))
     context: dict[str, Any] = {
         "run_id": job.run_id,
         "tenant": job.tenant,
@@ -173,6 +184,8 @@ def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
     }
     if job.run is not None:
         context["run"] = job.run
+    if job.row_filter:  # the recipient scope: every query of the run is filtered
+        context["row_filter"] = dict(job.row_filter)
     return context
 
 
@@ -248,6 +261,7 @@ def execute_attempt(
     _write_private(context_path, json.dumps(context))
     env_before = os.environ.get("NBCAST_RUN_CONTEXT")
     state, error, kernel_start = RunState.SUCCEEDED, None, None
+    used = KernelUsage()
     reason: str | None = None
     try:
         kernel_name, language = check_attempt(job.notebook_json, job.parameters)
@@ -262,6 +276,7 @@ def execute_attempt(
             cancel=cancel,
             kernel_name=kernel_name,
             language=language,
+            usage=used,
         )
         kernel_start = result.kernel_start_s
         if result.ended_early is not None:
@@ -308,6 +323,8 @@ def execute_attempt(
         host=socket.gethostname(),
         reason=reason,
         retryable=retryable,
+        cpu_s=used.cpu_s,
+        peak_mem_mb=used.peak_mem_mb,
     )
 
 

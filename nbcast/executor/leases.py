@@ -3,8 +3,9 @@ the reaper that takes back what a dead worker held.
 
 **Lease and fencing.** A claim (:mod:`nbcast.executor.queue`) sets ``state = LEASED``,
 ``lease_owner``, ``lease_expires_at`` and ``attempt = attempt + 1``, and inserts the
-attempt's row; it hands the worker a :class:`Lease`. The attempt number is the fencing
-token: every later write of that attempt — start, heartbeat, success, failure — says
+attempt's row; it hands the worker a :class:`~nbcast.executor.lease.Lease`. The attempt
+number is the fencing token: every later write of that attempt — start, heartbeat,
+success, failure — says
 ``WHERE id = :id AND attempt = :attempt AND lease_owner = :owner AND state IN
 ('LEASED', 'RUNNING')``, and when it matches no row the attempt has lost the run
 (:class:`~nbcast.errors.LeaseLostError`): a worker that was presumed dead cannot
@@ -38,18 +39,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from nbcast.clock import Clock, format_instant
+from nbcast import governance
+from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
-from nbcast.errors import LeaseLostError
-from nbcast.executor import bounds
-from nbcast.executor.attempt import AttemptJob
-from nbcast.executor.engines.base import Resources
+from nbcast.executor.lease import Backoff, Lease, Success, lease_lost
 from nbcast.executor.models import (
     DEFAULT_MAX_ATTEMPTS,
     LEASED_STATES,
@@ -58,11 +57,14 @@ from nbcast.executor.models import (
     RunReason,
     RunState,
 )
-from nbcast.executor.quotas import Quota, record_usage
+from nbcast.executor.quotas import record_usage
 from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS, rowcount, skip_locked
+from nbcast.governance.budgets import Use, add_usage
 from nbcast.governance.models import Tenant
 
 __all__ = ["REAP_BATCH", "Backoff", "Lease", "Leases", "Reaper", "Success", "lease_lost"]
+# Backoff, Lease, Success and lease_lost live in nbcast.executor.lease; named here too
+# because every writer of a lease works with them.
 
 REAP_BATCH = 500
 """Expired leases the reaper takes back per pass (the rest at the next pass)."""
@@ -83,8 +85,9 @@ _START_MANY = sa.text(
 _SUCCEED_MANY = sa.text(
     "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
     "CAST(:owners AS text[]), CAST(:artifacts AS text[]), CAST(:durations AS float8[]), "
-    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[]), CAST(:reasons AS text[])) "
-    "AS f(id, attempt, owner, artifact, duration, kernel_start, host, reason)), "
+    "CAST(:kernel_starts AS float8[]), CAST(:hosts AS text[]), CAST(:reasons AS text[]), "
+    "CAST(:cpus AS float8[]), CAST(:mems AS float8[])) "
+    "AS f(id, attempt, owner, artifact, duration, kernel_start, host, reason, cpu, mem)), "
     f"done AS (UPDATE runs r SET state = '{RunState.SUCCEEDED}', finished_at = :now, "
     "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, error = NULL, "
     "reason = f.reason FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
@@ -95,131 +98,12 @@ _SUCCEED_MANY = sa.text(
     "ended AS (UPDATE run_attempts a SET ended_at = :now, "
     f"outcome = '{Outcome.SUCCEEDED}', error = NULL, "
     "duration_s = f.duration, kernel_start_s = f.kernel_start, artifact_sha256 = f.artifact, "
+    "cpu_s = f.cpu, peak_mem_mb = f.mem, "
     "host = CASE WHEN f.host = '' THEN a.host ELSE f.host END "
     "FROM f JOIN done d ON d.id = f.id AND d.attempt = f.attempt "
     "WHERE a.run_id = f.id AND a.attempt = f.attempt) "
     "SELECT id, attempt FROM done"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Lease:
-    """A claimed attempt at a run: everything a worker needs to execute it."""
-
-    run_id: int
-    attempt: int
-    owner: str
-    expires_at: datetime
-    tenant_id: int
-    tenant: str
-    definition_id: int
-    definition: str
-    version: int
-    slot_key: str | None
-    kind: str
-    fire_at: datetime
-    parameters: dict[str, Any]
-    notebook_json: str
-    quota: Quota
-    warehouse: dict[str, Any] | None = None
-    context: dict[str, Any] | None = None
-    """The run's frozen context (:mod:`nbcast.scheduler.period`), read when the lease
-    starts (:meth:`Leases.start_many`); None for a run made before runs had one."""
-
-    @property
-    def label(self) -> str:
-        """``nbcast:<tenant>/<definition>@<slot>``: how the run appears in Ray and logs."""
-        return f"nbcast:{self.tenant}/{self.definition}@{self.slot_key or f'manual-{self.run_id}'}"
-
-    def job(self, *, work_dir: str, artifacts: str, lake: str | None = None) -> AttemptJob:
-        """The attempt as an engine runs it: no database handles, the run timeout
-        bounded (:func:`nbcast.executor.bounds.run_timeout`)."""
-        return AttemptJob(
-            run_id=self.run_id,
-            attempt=self.attempt,
-            tenant=self.tenant,
-            definition=self.definition,
-            label=self.label,
-            notebook_json=self.notebook_json,
-            parameters=self.parameters,
-            timeout_s=bounds.run_timeout(self.quota.run_timeout_s),
-            work_dir=work_dir,
-            artifacts=artifacts,
-            warehouse=self.warehouse,
-            lake=lake,
-            run=self.run_context(),
-        )
-
-    def run_context(self) -> dict[str, Any]:
-        """What ``nbcast.context()`` returns inside the kernel (JSON): the run's stored
-        context with who and which attempt it is. A run made before runs had a context
-        gets the empty interval at its fire time."""
-        fire = format_instant(self.fire_at)
-        stored = self.context or {
-            "kind": self.kind,
-            "slot_key": self.slot_key,
-            "timezone": "UTC",
-            "nominal": self.fire_at.isoformat(),
-            "fire_at": fire,
-            "interval_start": self.fire_at.isoformat(),
-            "interval_end": self.fire_at.isoformat(),
-        }
-        return {
-            **stored,
-            "tenant": self.tenant,
-            "definition": self.definition,
-            "version": self.version,
-            "run_id": self.run_id,
-            "attempt": self.attempt,
-        }
-
-    def resources(self) -> Resources:
-        """What the attempt may use, from its tenant's quota."""
-        return Resources(
-            tenant=self.tenant,
-            num_cpus=self.quota.cpus_per_run,
-            memory_mb=self.quota.memory_mb_per_run,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Success:
-    """A successful attempt to record (:meth:`Leases.succeed_many`)."""
-
-    lease: Lease
-    artifact_sha256: str | None
-    duration_s: float
-    kernel_start_s: float | None = None
-    usage: list[dict[str, Any]] = field(default_factory=list)
-    host: str = ""
-    """Where it actually ran (a Ray node), when not the claiming host."""
-    reason: str | None = None
-    """The run's reason: None, or ``ended_early`` (:mod:`nbcast.executor.early_exit`)."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How long a run waits before its next attempt (module docstring: Retries)."""
-
-    base: float = 30.0
-    cap: float = 3600.0
-
-    @classmethod
-    def checked(cls, base: float, cap: float) -> Backoff:
-        """A backoff from configured figures: ``ConfigError`` for nonsense, at most
-        :data:`nbcast.executor.bounds.MAX_BACKOFF_S` each."""
-        return cls(bounds.backoff_seconds(base), bounds.backoff_seconds(cap, "retry backoff cap"))
-
-    def delay(self, attempt: int) -> timedelta:
-        """The wait after failed attempt number ``attempt`` (random, full jitter)."""
-        return bounds.retry_delay(attempt, base=self.base, cap=self.cap)
-
-
-def lease_lost(lease: Lease) -> LeaseLostError:
-    """The error of a fenced write that matched no row: the attempt lost its run."""
-    return LeaseLostError(
-        f"run {lease.run_id} attempt {lease.attempt} is no longer held by {lease.owner}"
-    )
 
 
 def _fenced(lease: Lease) -> sa.ColumnElement[bool]:
@@ -242,6 +126,8 @@ def _end_attempt(
     kernel_start_s: float | None = None,
     artifact_sha256: str | None = None,
     host: str = "",
+    cpu_s: float | None = None,
+    peak_mem_mb: float | None = None,
 ) -> None:
     values: dict[str, Any] = {
         "ended_at": now,
@@ -250,6 +136,8 @@ def _end_attempt(
         "duration_s": duration_s,
         "kernel_start_s": kernel_start_s,
         "artifact_sha256": artifact_sha256,
+        "cpu_s": cpu_s,
+        "peak_mem_mb": peak_mem_mb,
     }
     if host:  # where it actually ran (a Ray node), when not the claiming host
         values["host"] = host
@@ -379,6 +267,8 @@ class Leases:
                             "kernel_starts": [s.kernel_start_s for s in successes],
                             "hosts": [s.host for s in successes],
                             "reasons": [s.reason for s in successes],
+                            "cpus": [s.cpu_s for s in successes],
+                            "mems": [s.peak_mem_mb for s in successes],
                             "now": now,
                         },
                     )
@@ -389,9 +279,13 @@ class Leases:
                     for s in successes
                     if self._succeed_one(conn, s, now)
                 }
-            for s in successes:
-                if s.usage and (s.lease.run_id, s.lease.attempt) in done:
-                    _record(conn, s.lease, s.usage, now)
+            uses = [
+                Use(s.lease.tenant_id, s.cpu_s or 0.0, _record(conn, s.lease, s.usage, now))
+                for s in successes
+                if (s.lease.run_id, s.lease.attempt) in done
+            ]
+            if governance.ACCOUNTING:
+                add_usage(conn, uses, now)
         return [s for s in successes if (s.lease.run_id, s.lease.attempt) not in done]
 
     def _succeed_one(self, conn: sa.Connection, s: Success, now: datetime) -> bool:
@@ -422,6 +316,8 @@ class Leases:
             kernel_start_s=s.kernel_start_s,
             artifact_sha256=s.artifact_sha256,
             host=s.host,
+            cpu_s=s.cpu_s,
+            peak_mem_mb=s.peak_mem_mb,
         )
         return True
 
@@ -437,6 +333,8 @@ class Leases:
         retry: bool = True,
         host: str = "",
         reason: str | None = None,
+        cpu_s: float | None = None,
+        peak_mem_mb: float | None = None,
     ) -> RunState:
         """Record a failed attempt (fenced); retry with backoff if attempts remain.
 
@@ -470,8 +368,12 @@ class Leases:
                 duration_s=duration_s,
                 artifact_sha256=artifact_sha256,
                 host=host,
+                cpu_s=cpu_s,
+                peak_mem_mb=peak_mem_mb,
             )
-            _record(conn, lease, usage or [], now)
+            scanned = _record(conn, lease, usage or [], now)
+            if governance.ACCOUNTING:
+                add_usage(conn, [Use(lease.tenant_id, cpu_s or 0.0, scanned)], now)
         return state
 
 
@@ -486,8 +388,8 @@ def _ending_reason(outcome: RunState, reason: str | None, *, retryable: bool) ->
     return RunReason.max_attempts if retryable else RunReason.error
 
 
-def _record(conn: sa.Connection, lease: Lease, usage: list[dict[str, Any]], now: datetime) -> None:
-    record_usage(
+def _record(conn: sa.Connection, lease: Lease, usage: list[dict[str, Any]], now: datetime) -> int:
+    return record_usage(
         conn,
         tenant_id=lease.tenant_id,
         run_id=lease.run_id,

@@ -92,8 +92,12 @@ class RunReason(StrEnum):
     lease_expired = "lease_expired"
     """QUEUED again (or FAILED, out of attempts) by the reaper: the worker holding the
     lease stopped heartbeating."""
+    budget = "budget"
+    """QUEUED, waiting: the tenant's daily budget is spent; leased the next UTC day
+    (:mod:`nbcast.governance.budgets`)."""
     budget_exceeded = "budget_exceeded"
-    """FAILED at claim: the tenant's warehouse budget for the month is spent."""
+    """FAILED at claim by the monthly warehouse budget of earlier releases (replaced by
+    daily budgets that hold runs instead): kept so those runs still read."""
     ended_early = "ended_early"
     """SUCCEEDED, but the notebook stopped itself with ``sys.exit()`` part-way
     (:mod:`nbcast.executor.early_exit`)."""

@@ -116,7 +116,7 @@ from nbcast.executor.output_limits import (
     SocketWatch,
 )
 from nbcast.executor.storable import without_surrogates
-from nbcast.executor.watchdog import RunWatchdog, StopReason
+from nbcast.executor.watchdog import KernelUsage, RunWatchdog, StopReason
 
 __all__ = [
     "ENGINE_NAME",
@@ -173,7 +173,9 @@ class _OutputGuard:
         self.watchdog.fire(StopReason.output, why, cell_index)
 
     def close(self) -> None:
-        """Before the client's sockets close (they drop when the kernel stops)."""
+        """Before the client's sockets close (they drop when the kernel stops): the
+        kernel's usage is read one last time while it lives."""
+        self.watchdog.sample()
         if self._sockets is not None:
             self.watchdog.settle_sockets()
             self._sockets.close()
@@ -428,6 +430,7 @@ def execute_notebook(
     kernel_name: str | None = None,
     language: str | None = None,
     output_limits: OutputLimits | None = None,
+    usage: KernelUsage | None = None,
 ) -> ExecutionResult:
     """Run one parameterized notebook with papermill and write the executed notebook.
 
@@ -435,7 +438,8 @@ def execute_notebook(
     cell. With a ``pool`` the kernel is a pooled one, otherwise the engine starts one
     (engine ``nbcast`` either way). ``timeout_s`` limits the whole run and ``cancel``
     may be set from another thread; either stops the kernel. ``output_limits`` bound
-    the output it may send (default :class:`OutputLimits`'s). ``kernel_name`` and
+    the output it may send (default :class:`OutputLimits`'s); ``usage``, when given,
+    receives what the kernel used (also when the run fails). ``kernel_name`` and
     ``language`` override the notebook's (papermill's own arguments).
 
     Raises :class:`~nbcast.errors.NotebookExecutionError` when a cell raises (the output
@@ -453,7 +457,7 @@ def execute_notebook(
     cwd = os.path.abspath(cwd)
     if not os.path.isdir(cwd):
         raise ExecutionError(f"the run directory {cwd} does not exist")
-    watchdog = RunWatchdog(timeout_s, cancel)
+    watchdog = RunWatchdog(timeout_s, cancel, usage)
     guard = _OutputGuard(output_limits or OutputLimits(), watchdog)
     outcome: dict[str, Any] = {"warm": False, "kernel_start_s": 0.0}
     pooled: list[PooledKernel] = []

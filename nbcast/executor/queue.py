@@ -21,11 +21,13 @@ and takes at most ``max_concurrent_runs - active`` runs with ``FOR UPDATE SKIP
 LOCKED``. So no number of concurrent workers can push a tenant past its concurrency
 quota. A run is skipped while a cancel has been requested for it, and a *serial* run
 (every overlap policy but ``allow``) while another run of its definition is leased
-or running. A tenant whose warehouse budget is spent has its due runs failed
-``budget_exceeded`` instead (:mod:`nbcast.executor.quotas`).
+or running. A tenant whose daily budget is spent gets nothing leased: its due runs
+wait with reason ``budget`` until the next UTC day (:mod:`nbcast.governance.budgets`);
+a lease carries the warehouse bytes its tenant's budget has left, which the run's
+queries may not cross.
 
 On PostgreSQL the whole claim is one round trip: the server-side function
-``nbcast_claim_runs`` (migration 0004) runs the same steps statement by statement —
+``nbcast_claim_runs`` (migrations 0004, 0013) runs the same steps statement by statement —
 each statement of a PL/pgSQL function takes a fresh snapshot, so the recount after
 the lock sees every committed claim — and returns the leases with everything a
 worker needs. SQLite (one writer at a time) runs them from Python. Both paths are
@@ -45,14 +47,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast import governance
 from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.executor import bounds
 from nbcast.executor.leases import Backoff, Lease, Leases, Reaper, Success
 from nbcast.executor.models import LEASED_STATES, CancelRequest, Run, RunAttempt, RunState
-from nbcast.executor.quotas import Quota, budget_spent, fail_over_budget, live_runs, month_start
+from nbcast.executor.quotas import Quota, hold_over_budget, live_runs
 from nbcast.executor.sql import RUNS, skip_locked
+from nbcast.governance.budgets import budget_state, usage_day
 from nbcast.governance.models import Tenant
 
 __all__ = ["ClaimStats", "RunQueue"]
@@ -62,11 +66,11 @@ CANDIDATES_PER_SLOT = 4
 dropped after the read, so a few more than the room are locked and looked at."""
 
 _CLAIM_CALL = sa.text(
-    "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :month, "
-    ":rate, :real)"
+    "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :day, "
+    ":rate, :real, :budgets)"
 ).bindparams(
     sa.bindparam("now", type_=sa.DateTime(timezone=True)),
-    sa.bindparam("month", type_=sa.DateTime(timezone=True)),
+    sa.bindparam("day", type_=sa.Date()),
     sa.bindparam("lease", type_=sa.Interval()),
 )
 
@@ -76,7 +80,8 @@ class ClaimStats:
     """What one claim did, for logs and tests."""
 
     leased: int = 0
-    budget_failed: int = 0
+    budget_held: int = 0
+    """Due runs newly marked as waiting for their tenant's budget."""
     skipped_tenants: list[str] = field(default_factory=list)
 
 
@@ -162,6 +167,8 @@ class RunQueue:
         retry: bool = True,
         host: str = "",
         reason: str | None = None,
+        cpu_s: float | None = None,
+        peak_mem_mb: float | None = None,
     ) -> RunState:
         """:meth:`Leases.fail <nbcast.executor.leases.Leases.fail>`."""
         return self.leases.fail(
@@ -174,6 +181,8 @@ class RunQueue:
             retry=retry,
             host=host,
             reason=reason,
+            cpu_s=cpu_s,
+            peak_mem_mb=peak_mem_mb,
         )
 
     def reap(self) -> int:
@@ -206,6 +215,7 @@ class RunQueue:
         with self.db.session() as session:
             rooms: dict[int, int] = {}
             tenants: dict[int, Tenant] = {}
+            left: dict[int, int | None] = {}
             remaining = limit
             for tenant, waiting in self._order(session, now, limit):
                 if remaining <= 0:
@@ -224,12 +234,15 @@ class RunQueue:
                 take = min(room, remaining, waiting)
                 if take <= 0:
                     continue
-                if budget_spent(session, tenant, now):
-                    stats.budget_failed += fail_over_budget(session, tenant.id, now)
-                    continue
+                if governance.ACCOUNTING:
+                    budget = budget_state(session.connection(), tenant, now)
+                    if budget.spent:
+                        stats.budget_held += hold_over_budget(session, tenant.id, now)
+                        continue
+                    left[tenant.id] = budget.bytes_left
                 rooms[tenant.id], tenants[tenant.id] = take, tenant
                 remaining -= take
-            leases = self._lease_runs(session, tenants, rooms, now) if rooms else []
+            leases = self._lease_runs(session, tenants, rooms, left, now) if rooms else []
         stats.leased = len(leases)
         return leases
 
@@ -248,9 +261,10 @@ class RunQueue:
                     "lease": self.lease,
                     "host": self.host,
                     "engine": self.engine,
-                    "month": month_start(now),
+                    "day": usage_day(now),
                     "rate": self.clock.rate,
                     "real": self.clock.real,
+                    "budgets": governance.ACCOUNTING,
                 },
             ).all()
             if any(r.out_kind != "leased" for r in rows):
@@ -258,8 +272,8 @@ class RunQueue:
         for r in rows:
             if r.out_kind == "skipped":
                 stats.skipped_tenants.append(names.get(r.out_tenant_id, str(r.out_tenant_id)))
-            elif r.out_kind == "budget_failed":
-                stats.budget_failed += r.out_n
+            elif r.out_kind == "budget_held":
+                stats.budget_held += r.out_n
             else:
                 leases.append(
                     self._lease(
@@ -273,6 +287,9 @@ class RunQueue:
                         fire_at=r.fire_at.astimezone(UTC),
                         quota=Quota.of(r),
                         warehouse=r.warehouse,
+                        audience=r.audience,
+                        row_filter=r.row_filter,
+                        budget_bytes_left=r.bytes_left,
                     )
                 )
         stats.leased = len(leases)
@@ -373,7 +390,12 @@ class RunQueue:
         ]
 
     def _lease_runs(
-        self, session: Session, tenants: dict[int, Tenant], rooms: dict[int, int], now: datetime
+        self,
+        session: Session,
+        tenants: dict[int, Tenant],
+        rooms: dict[int, int],
+        left: dict[int, int | None],
+        now: datetime,
     ) -> list[Lease]:
         chosen: list[int] = []
         taken: dict[int, int] = {}
@@ -414,6 +436,8 @@ class RunQueue:
                 Run.kind,
                 Run.fire_at,
                 Run.parameters,
+                Run.audience,
+                Run.row_filter,
                 ReportDefinition.name,
                 DefinitionVersion.notebook_json,
             )
@@ -449,6 +473,9 @@ class RunQueue:
                 fire_at=r.fire_at,
                 quota=Quota.of(tenants[r.tenant_id]),
                 warehouse=tenants[r.tenant_id].warehouse,
+                audience=r.audience,
+                row_filter=r.row_filter,
+                budget_bytes_left=left.get(r.tenant_id),
             )
             for r in rows
         ]

@@ -1,5 +1,5 @@
 """Tenant quotas as the execution plane applies them: what one run may use, how many
-may run at once, and the warehouse budget.
+may run at once, and the daily budgets.
 
 A tenant's quota lives on its row in ``tenants`` (the governance plane's; admins set
 it with ``nbcast tenants set-quota``). The claim (:mod:`nbcast.executor.queue`) reads
@@ -13,12 +13,11 @@ it under the tenant's lock on every claim, so a change applies to the next claim
   first two into task resources, the worker bounds the timeout with
   :func:`nbcast.executor.bounds.run_timeout`);
 - **fair share** — ``share``: the claim's order among tenants with work;
-- **warehouse budget** — ``warehouse_budget_bytes`` per calendar month (UTC), counted
-  from ``warehouse_usage`` (:func:`record_usage` writes one row per query an attempt
-  made). A tenant whose budget is spent gets no new run admitted: the claim fails
-  its due runs ``budget_exceeded`` (:func:`fail_over_budget`) — failing, not
-  waiting, so the owner sees at once why the report did not come, instead of a
-  queue that silently grows.
+- **daily budgets** — warehouse bytes and kernel CPU seconds per UTC day
+  (:mod:`nbcast.governance.budgets`): :func:`record_usage` writes one
+  ``warehouse_usage`` row per query an attempt made and adds the attempt's use to
+  its tenant's day; a tenant whose budget is spent gets no run leased — its due runs
+  wait QUEUED with reason ``budget`` (:func:`hold_over_budget`) until the next day.
 """
 
 from __future__ import annotations
@@ -32,16 +31,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.executor import bounds
-from nbcast.executor.models import LEASED_STATES, RunReason, RunState, WarehouseUsage
+from nbcast.executor.models import LEASED_STATES, RunReason, RunState
 from nbcast.executor.sql import RUNS, USAGE, rowcount
-from nbcast.governance.models import Tenant
 
 __all__ = [
     "Quota",
-    "budget_spent",
-    "fail_over_budget",
+    "hold_over_budget",
     "live_runs",
-    "month_start",
     "record_usage",
 ]
 
@@ -79,11 +75,6 @@ class Quota:
         )
 
 
-def month_start(now: datetime) -> datetime:
-    """The start of ``now``'s calendar month: the budget's period."""
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def live_runs(session: Session, tenant_id: int) -> int:
     """The tenant's runs that hold a lease (LEASED or RUNNING): what its concurrency
     quota limits. Count it after locking the tenant, so it sees every committed claim."""
@@ -97,36 +88,18 @@ def live_runs(session: Session, tenant_id: int) -> int:
     )
 
 
-def budget_spent(session: Session, tenant: Tenant, now: datetime) -> bool:
-    """Whether ``tenant`` has scanned its warehouse budget this month (never, without one)."""
-    if tenant.warehouse_budget_bytes is None:
-        return False
-    spent = session.scalar(
-        sa.select(sa.func.coalesce(sa.func.sum(WarehouseUsage.bytes), 0)).where(
-            WarehouseUsage.tenant_id == tenant.id, WarehouseUsage.recorded_at >= month_start(now)
-        )
-    )
-    return int(spent or 0) >= tenant.warehouse_budget_bytes
-
-
-def fail_over_budget(session: Session, tenant_id: int, now: datetime) -> int:
-    """End the tenant's due QUEUED runs FAILED ``budget_exceeded``; return how many."""
+def hold_over_budget(session: Session, tenant_id: int, now: datetime) -> int:
+    """Mark the tenant's due QUEUED runs as waiting for its budget (reason ``budget``;
+    the claim clears it when it leases them); return how many were newly marked."""
     result = session.connection().execute(
         sa.update(RUNS)
         .where(
             RUNS.c.tenant_id == tenant_id,
             RUNS.c.state == RunState.QUEUED,
             RUNS.c.not_before <= now,
+            sa.or_(RUNS.c.reason.is_(None), RUNS.c.reason != RunReason.budget),
         )
-        .values(
-            state=RunState.FAILED,
-            reason=RunReason.budget_exceeded,
-            finished_at=now,
-            error={
-                "reason": RunReason.budget_exceeded.value,
-                "message": "the tenant's warehouse budget for this month is spent",
-            },
-        )
+        .values(reason=RunReason.budget)
     )
     return rowcount(result)
 
@@ -139,11 +112,12 @@ def record_usage(
     attempt: int,
     usage: Sequence[dict[str, Any]],
     now: datetime,
-) -> None:
-    """Record the warehouse queries one attempt made (what the budget counts), each
-    figure bounded (:mod:`nbcast.executor.bounds`)."""
+) -> int:
+    """Record the warehouse queries one attempt made, each figure bounded
+    (:mod:`nbcast.executor.bounds`); return the bytes they read (what the daily budget
+    counts)."""
     if not usage:
-        return
+        return 0
     conn.execute(
         sa.insert(USAGE),
         [
@@ -162,3 +136,4 @@ def record_usage(
             for item in usage
         ],
     )
+    return sum(bounds.counter(item.get("bytes", 0)) for item in usage)

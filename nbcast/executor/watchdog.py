@@ -20,12 +20,22 @@ A thread per run (:class:`RunWatchdog`) checks every 50 ms:
 A limit that passes before the kernel is attached takes effect as soon as it is
 (:meth:`RunWatchdog.attach` kills it at once). The first reason wins; ``reason`` and
 ``detail`` say which and why.
+
+**What the kernel used** (:class:`KernelUsage`, for cost attribution and budgets): the
+watchdog samples the attached kernel's CPU time (user and system, with its waited-for
+children) and its peak resident memory from ``/proc`` about every half second, when
+the notebook client is about to let the kernel go (:meth:`RunWatchdog.sample`) and
+when it finishes. CPU counts from the moment the kernel is attached, so a warm
+kernel's start-up is not charged to the run; the figures stay None where ``/proc``
+is not there.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -33,7 +43,7 @@ if TYPE_CHECKING:
     from nbcast.executor.kernels import KernelProcess
     from nbcast.executor.output_limits import SocketWatch
 
-__all__ = ["DROP_GRACE_S", "INTERRUPT_GRACE_S", "RunWatchdog", "StopReason"]
+__all__ = ["DROP_GRACE_S", "INTERRUPT_GRACE_S", "KernelUsage", "RunWatchdog", "StopReason"]
 
 INTERRUPT_GRACE_S = 2.0
 """Seconds between the watchdog's interrupt and its kill."""
@@ -60,10 +70,56 @@ def _interrupt_grace() -> float:
     return float(INTERRUPT_GRACE_S)
 
 
+_SAMPLE_EVERY = 10
+"""Watch intervals between two samples of the kernel's usage (about half a second)."""
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass
+class KernelUsage:
+    """What a run's kernel used (module docstring); None until sampled."""
+
+    cpu_s: float | None = None
+    peak_mem_mb: float | None = None
+    _base_cpu_s: float | None = None
+
+    def observe(self, pid: int) -> None:
+        """Read ``pid``'s counters now (nothing if it is gone or ``/proc`` is absent)."""
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read().decode("ascii", "replace")
+            with open(f"/proc/{pid}/status", "rb") as handle:
+                status = handle.read().decode("ascii", "replace")
+        except OSError:
+            return
+        fields = stat[stat.rfind(")") + 2 :].split()
+        try:  # utime, stime, cutime, cstime: fields 14-17 of stat, 12-15 after the name
+            cpu = sum(int(fields[i]) for i in range(11, 15)) / _TICKS
+        except (IndexError, ValueError):
+            return
+        if self._base_cpu_s is None:
+            self._base_cpu_s = cpu
+        self.cpu_s = max(self.cpu_s or 0.0, round(cpu - self._base_cpu_s, 3))
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                try:
+                    peak = int(line.split()[1]) / 1024  # kB
+                except (IndexError, ValueError):
+                    break
+                self.peak_mem_mb = max(self.peak_mem_mb or 0.0, round(peak, 1))
+                break
+
+
 class RunWatchdog:
     """Watches one run (module docstring)."""
 
-    def __init__(self, timeout_s: float | None, cancel: threading.Event | None) -> None:
+    def __init__(
+        self,
+        timeout_s: float | None,
+        cancel: threading.Event | None,
+        usage: KernelUsage | None = None,
+    ) -> None:
         self._deadline = time.monotonic() + timeout_s if timeout_s is not None else None
         self._cancel = cancel
         self._lock = threading.Lock()
@@ -79,6 +135,8 @@ class RunWatchdog:
         """Why, for ``output``."""
         self.cell_index: int | None = None
         """The cell that sent too much, when known."""
+        self.usage = usage if usage is not None else KernelUsage()
+        """What the attached kernel used (module docstring)."""
         self._thread = threading.Thread(target=self._watch, name="nbcast-watchdog", daemon=True)
         self._thread.start()
 
@@ -89,6 +147,15 @@ class RunWatchdog:
             fired = self.reason is not None
         if fired and process is not None:
             process.kill()
+        elif process is not None:
+            self.usage.observe(process.pid)  # the baseline: a warm kernel's start-up
+
+    def sample(self) -> None:
+        """Read the attached kernel's usage now (before the client lets it go)."""
+        with self._lock:
+            process = self._process
+        if process is not None:
+            self.usage.observe(process.pid)
 
     def watch_sockets(self, sockets: SocketWatch) -> None:
         """Also watch a client's sockets for drops (module docstring)."""
@@ -117,6 +184,7 @@ class RunWatchdog:
         self._finished.set()
         self._thread.join()
         self._check_sockets(final=True)
+        self.sample()
         with self._lock:
             return self._process
 
@@ -148,10 +216,14 @@ class RunWatchdog:
         self.fire(StopReason.output, "the kernel sent a message larger than the run's output limit")
 
     def _watch(self) -> None:
+        turns = 0
         while (reason := self._due()) is None:
             if self._finished.wait(_WATCH_INTERVAL_S) or self.reason is not None:
                 return
             self._check_sockets(final=False)
+            turns += 1
+            if turns % _SAMPLE_EVERY == 0:
+                self.sample()
         with self._lock:
             if self._finished.is_set() or self.reason is not None:
                 return

@@ -195,12 +195,19 @@ class Worker(Service):
         return self.stats
 
     def _due(self) -> bool:
+        """Whether a run is due or under way; one waiting for its tenant's budget (until
+        the next UTC day) does not count, so ``exit_when_idle`` can end."""
         now = self.clock.now()
+        held = sa.func.coalesce(Run.reason, "") == RunReason.budget.value
         with self.db.session() as session:
             return bool(
                 session.scalar(
                     sa.select(
-                        sa.exists().where(Run.state.in_(ACTIVE_STATES), Run.not_before <= now)
+                        sa.exists().where(
+                            Run.state.in_(ACTIVE_STATES),
+                            Run.not_before <= now,
+                            sa.or_(Run.state != RunState.QUEUED, ~held),
+                        )
                     )
                 )
             )
@@ -342,6 +349,8 @@ class Worker(Service):
                 host=outcome.host,
                 retry=outcome.retryable,
                 reason=outcome.reason,
+                cpu_s=outcome.cpu_s,
+                peak_mem_mb=outcome.peak_mem_mb,
             )
         except LeaseLostError:
             self._refused(lease.run_id, lease.attempt, outcome)
@@ -362,6 +371,8 @@ class Worker(Service):
                 usage=outcome.usage,
                 host=outcome.host,
                 reason=outcome.reason,
+                cpu_s=outcome.cpu_s,
+                peak_mem_mb=outcome.peak_mem_mb,
             )
             for lease, outcome in batch
         ]

@@ -43,7 +43,6 @@ class Tenant(Base):
         default=DEFAULT_MAX_ATTEMPTS, server_default=str(DEFAULT_MAX_ATTEMPTS)
     )
     share: Mapped[float] = mapped_column(default=1.0, server_default="1")
-    warehouse_budget_bytes: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
     warehouse: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The warehouse connections the tenant's runs may use (None: the embedded lake)."""
     # Budgets per UTC day (None: none) — nbcast.governance.budgets.

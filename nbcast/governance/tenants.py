@@ -34,6 +34,7 @@ from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
 
 __all__ = [
+    "NULLABLE_QUOTAS",
     "QUOTA_BOUNDS",
     "QUOTA_FIELDS",
     "TenantRecord",
@@ -88,7 +89,8 @@ QUOTA_FIELDS = {
     "run_timeout_s": int,
     "max_attempts": int,
     "share": float,
-    "warehouse_budget_bytes": int,
+    "budget_warehouse_bytes_per_day": int,
+    "budget_cpu_s_per_day": float,
 }
 """The quota fields a tenant has, and their types."""
 
@@ -99,9 +101,13 @@ QUOTA_BOUNDS: dict[str, float] = {
     "run_timeout_s": 7 * 86_400,
     "max_attempts": 100,
     "share": 1_000_000,
-    "warehouse_budget_bytes": 2**63 - 1,
+    "budget_warehouse_bytes_per_day": 2**63 - 1,
+    "budget_cpu_s_per_day": 86_400 * 100_000,
 }
 """The largest value each quota accepts (the smallest is just above 0)."""
+
+NULLABLE_QUOTAS = frozenset({"budget_warehouse_bytes_per_day", "budget_cpu_s_per_day"})
+"""The quotas that may be None (no budget)."""
 
 
 def set_quota(session: Session, name: str, **values: Any) -> Tenant:
@@ -112,7 +118,7 @@ def set_quota(session: Session, name: str, **values: Any) -> Tenant:
         if field not in QUOTA_FIELDS:
             raise ConfigError(f"unknown quota {clip(field)} (known: {', '.join(QUOTA_FIELDS)})")
         if value is None:
-            if field != "warehouse_budget_bytes":
+            if field not in NULLABLE_QUOTAS:
                 raise ConfigError(f"{field} needs a value")
         elif (
             isinstance(value, bool)

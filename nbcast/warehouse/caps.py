@@ -9,6 +9,8 @@ Design decisions
 * **Rows and bytes** are added up chunk by chunk (``memory_usage(deep=True)``), so both
   caps trip after at most one chunk more than the cap; a fetch never asks for more than
   :meth:`Budget.rows_wanted`.
+* **The tenant's daily budget** (``limits.budget_bytes_left``) counts what the run's
+  queries read together: a query that would cross it fails with ``limit`` ``budget``.
 * **Time.** One daemon watchdog thread per process; arming costs a heap push, not a
   thread start. A cancel runs under the lock that disarming takes, so once a query's
   ``with`` block is left its cancel can no longer run. A forked child starts its own
@@ -101,12 +103,14 @@ WATCHDOG = Watchdog()
 class Budget:
     """Counts what a query fetched and raises :class:`QueryLimitExceeded` past a cap."""
 
-    def __init__(self, limits: Limits, connection: str) -> None:
+    def __init__(self, limits: Limits, connection: str, earlier_bytes: int = 0) -> None:
         self.limits = limits
         self.connection = connection
         self.started = time.perf_counter()
         self.rows = 0
         self.bytes = 0
+        self.earlier_bytes = earlier_bytes
+        """Bytes the run's earlier queries read (what counts against the daily budget)."""
 
     def rows_wanted(self) -> int:
         """Rows still allowed plus one, which tells over-cap from at-cap."""
@@ -135,6 +139,15 @@ class Budget:
                 f"query result on connection {self.connection!r} exceeds {limits.max_bytes:,} "
                 f"bytes ({limits.max_bytes / 2**20:.1f} MiB) in memory (this run's cap); "
                 "select fewer columns or rows",
+            )
+        left = limits.budget_bytes_left
+        if left is not None and self.earlier_bytes + self.bytes > left:
+            raise QueryLimitExceeded(
+                "budget",
+                left,
+                f"query on connection {self.connection!r} would read past the tenant's daily "
+                f"warehouse budget ({left:,} bytes were left for this run); the budget "
+                "starts again tomorrow (UTC)",
             )
         if time.perf_counter() - self.started > limits.timeout_s:
             raise self.timeout()

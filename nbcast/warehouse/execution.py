@@ -154,15 +154,17 @@ def query(
 
     ``params`` are bound by the driver: a sequence for DuckDB's ``?`` / ``$1``, a mapping
     for DuckDB's ``$name`` or SQLAlchemy's ``:name``. Raises
-    :class:`~nbcast.errors.QueryLimitExceeded` (``rows``, ``bytes`` or ``seconds``) when
-    the run's caps are exceeded and :class:`~nbcast.errors.ConfigError` for a connection
+    :class:`~nbcast.errors.QueryLimitExceeded` (``rows``, ``bytes``, ``seconds``, or
+    ``budget`` for the tenant's daily warehouse budget) when the run's caps are
+    exceeded and :class:`~nbcast.errors.ConfigError` for a connection
     the run context does not list. Every call, failed or not, is recorded
     (:func:`~nbcast.warehouse.usage`).
     """
     if not isinstance(sql, str) or not isinstance(connection, str):
         raise TypeError("sql and connection must be strings")
     context = current_context()
-    budget = Budget(context.limits, connection)
+    earlier = sum(u.bytes for u in figures.usage()) if context.limits.budget_bytes_left else 0
+    budget = Budget(context.limits, connection, earlier)
     error: str | None = None
     try:
         if isinstance(params, str | bytes):

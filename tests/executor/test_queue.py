@@ -267,32 +267,69 @@ def test_cancel_requests_stop_queued_runs_and_flag_running_ones(
     assert states(db)[second if lease.run_id == first else first][0] == "CANCELLED"
 
 
-def test_a_spent_budget_fails_new_runs(db: Database, tmp_path: Path) -> None:
-    ids = setup_tenant(db, tmp_path, "default", 2)
+@pytest.mark.parametrize("spent", ["bytes", "cpu"])
+def test_a_spent_daily_budget_holds_runs_until_the_next_day(
+    db: Database, tmp_path: Path, spent: str
+) -> None:
+    """Spent bytes or CPU of the UTC day: nothing leased, the due runs wait QUEUED with
+    reason budget; the next day they are leased, with the bytes left on the lease."""
+    from nbcast.governance.models import TenantUsageDay
+
+    setup_tenant(db, tmp_path, "default", 2)
+    setup_tenant(db, tmp_path, "other", 1)
     clock = FixedClock(T0 + timedelta(seconds=1))
     with db.session() as session:
         tenant = session.scalar(sa.select(Tenant).where(Tenant.name == "default"))
         assert tenant is not None
-        tenant.warehouse_budget_bytes = 1000
+        tenant.budget_warehouse_bytes_per_day = 1000
+        tenant.budget_cpu_s_per_day = 60.0
         session.add(
-            WarehouseUsage(
+            TenantUsageDay(
                 tenant_id=tenant.id,
-                run_id=ids[0],
-                attempt=0,
-                connection="default",
-                sql_sha256="x",
-                rows=1,
-                bytes=1000,
-                seconds=0.1,
-                recorded_at=clock.now(),
+                day=clock.now().date(),
+                cpu_s=60.0 if spent == "cpu" else 1.0,
+                warehouse_bytes=1000 if spent == "bytes" else 400,
+                attempts=3,
             )
         )
     queue = RunQueue(db, clock, owner="w")
+    leased = queue.claim(5)
+    assert [lease.tenant for lease in leased] == ["other"]  # the other tenant is untouched
+    assert queue.last_claim.budget_held == 2
     assert queue.claim(5) == []
-    assert queue.last_claim.budget_failed == 2
+    assert queue.last_claim.budget_held == 0  # marked once
     with db.session() as session:
-        reasons = session.scalars(sa.select(Run.reason)).all()
-    assert reasons == ["budget_exceeded", "budget_exceeded"]
+        held = session.execute(
+            sa.select(Run.state, Run.reason).where(Run.tenant_id == tenant.id)
+        ).all()
+    assert [tuple(r) for r in held] == [("QUEUED", "budget"), ("QUEUED", "budget")]
+    tomorrow = RunQueue(db, FixedClock(T0 + timedelta(days=1)), owner="w")
+    leases = tomorrow.claim(5)
+    assert sorted(lease.tenant for lease in leases) == ["default", "default"]
+    assert {lease.budget_bytes_left for lease in leases} == {1000}  # a new day's budget
+    with db.session() as session:
+        reasons = session.scalars(sa.select(Run.reason).where(Run.tenant_id == tenant.id)).all()
+    assert reasons == [None, None]
+
+
+def test_a_lease_carries_the_bytes_left_of_the_day(db: Database, tmp_path: Path) -> None:
+    from nbcast.governance.models import TenantUsageDay
+
+    setup_tenant(db, tmp_path, "default", 1)
+    clock = FixedClock(T0 + timedelta(seconds=1))
+    with db.session() as session:
+        tenant = session.scalar(sa.select(Tenant).where(Tenant.name == "default"))
+        assert tenant is not None
+        tenant.budget_warehouse_bytes_per_day = 1000
+        session.add(
+            TenantUsageDay(
+                tenant_id=tenant.id, day=clock.now().date(), cpu_s=0, warehouse_bytes=300
+            )
+        )
+    (lease,) = RunQueue(db, clock, owner="w").claim(5)
+    assert lease.budget_bytes_left == 700
+    job = lease.job(work_dir=str(tmp_path), artifacts=str(tmp_path / "a"))
+    assert job.budget_bytes_left == 700
 
 
 def test_serial_runs_of_one_definition_run_one_at_a_time(db: Database, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from jupyter_server.auth.decorator import authorized
 from nbcast.config import TENANT_NAME
 from nbcast.errors import ConfigError
 from nbcast.governance.tenants import (
+    NULLABLE_QUOTAS,
     QUOTA_BOUNDS,
     QUOTA_FIELDS,
     TenantRecord,
@@ -45,7 +46,7 @@ def _quota_schema(field: str, nullable: bool) -> dict[str, Any]:
     return out
 
 
-_NULLABLE_QUOTAS = {"warehouse_budget_bytes"}
+_NULLABLE_QUOTAS = NULLABLE_QUOTAS
 """Quotas that may be null: no limit."""
 
 TENANT = schema(
@@ -73,8 +74,7 @@ QUOTA_CHANGE = schema(
     "QuotaChange",
     {
         "type": "object",
-        "description": "The quotas to change (at least one); warehouse_budget_bytes null "
-        "removes the budget.",
+        "description": "The quotas to change (at least one); a budget null removes the budget.",
         "minProperties": 1,
         "additionalProperties": False,
         "properties": {f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
