@@ -96,6 +96,16 @@ class ArtifactStore(ABC):
         is not stored. Backends that cannot stream read it whole."""
         return io.BytesIO(self.get(key))
 
+    def size(self, key: str) -> int | None:
+        """How many bytes are stored under ``key`` (None: it is not stored)."""
+        return self._size(_relative(key))
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; True if it was stored, False if it was not (deleting is
+        idempotent). Only retention deletes (:mod:`nbcast.governance.retention`), and
+        only content nothing kept refers to; a storage failure raises ``OSError``."""
+        return self._delete(_relative(key))
+
     @abstractmethod
     def _write(self, relative: str, data: bytes) -> None: ...
 
@@ -104,6 +114,12 @@ class ArtifactStore(ABC):
 
     @abstractmethod
     def _exists(self, relative: str) -> bool: ...
+
+    @abstractmethod
+    def _size(self, relative: str) -> int | None: ...
+
+    @abstractmethod
+    def _delete(self, relative: str) -> bool: ...
 
 
 class LocalArtifactStore(ArtifactStore):
@@ -136,6 +152,19 @@ class LocalArtifactStore(ArtifactStore):
 
     def _exists(self, relative: str) -> bool:
         return (self.root / relative).is_file()
+
+    def _size(self, relative: str) -> int | None:
+        try:
+            return (self.root / relative).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def _delete(self, relative: str) -> bool:
+        try:
+            (self.root / relative).unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def open(self, key: str) -> IO[bytes]:
         """The file of ``key``, opened for reading."""
@@ -172,6 +201,22 @@ class FsspecArtifactStore(ArtifactStore):
 
     def _exists(self, relative: str) -> bool:
         return bool(self.fs.exists(self._full(relative)))
+
+    def _size(self, relative: str) -> int | None:
+        try:
+            return int(self.fs.size(self._full(relative)))
+        except FileNotFoundError:
+            return None
+
+    def _delete(self, relative: str) -> bool:
+        path = self._full(relative)
+        if not self.fs.exists(path):
+            return False
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            return False
+        return True
 
     def open(self, key: str) -> IO[bytes]:
         """The object of ``key``, opened for reading through fsspec."""
