@@ -45,6 +45,7 @@ from nbcast.delivery.models import LinkOpen, SignedLink
 from nbcast.delivery.queries import require_run
 from nbcast.delivery.signing import Signer
 from nbcast.errors import LinkError
+from nbcast.governance import audit
 from nbcast.governance.roles import readable_tenant
 
 __all__ = [
@@ -225,9 +226,13 @@ _OPEN_POSTGRES = sa.text(
         SELECT tenant_id, :link_id, run_id, delivery_id, :now, :network, :agent
         FROM link
         WHERE revoked_at IS NULL AND expires_at > :now AND starts_with(sha256, :digest)
-        RETURNING id
+        RETURNING id, tenant_id
+    ), audited AS (
+        SELECT nbcast_audit_append(tenant_id, :now, 'link', 'link.opened', :object, :details)
+        FROM opened
     )
-    SELECT link.*, (SELECT id FROM opened) AS open_id FROM link
+    SELECT link.*, (SELECT id FROM opened) AS open_id,
+           (SELECT count(*) FROM audited) AS audited FROM link
     """
 ).columns(revoked_at=UTCDateTime(), expires_at=UTCDateTime())
 
@@ -235,12 +240,20 @@ _OPEN_POSTGRES = sa.text(
 def _open_postgres(
     db: Database, link_id: int, digest: str, now: datetime, network: str, agent: str
 ) -> tuple[Any, int | None]:
-    """Check and record in one statement, one round trip, committed on its own
+    """Check, record and audit in one statement, one round trip, committed on its own
     without waiting for the WAL flush (:attr:`Database.telemetry_engine`)."""
     with db.telemetry_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         row = conn.execute(
             _OPEN_POSTGRES,
-            {"link_id": link_id, "now": now, "network": network, "agent": agent, "digest": digest},
+            {
+                "link_id": link_id,
+                "now": now,
+                "network": network,
+                "agent": agent,
+                "digest": digest,
+                "object": f"link:{link_id}",
+                "details": _audit_details(network),
+            },
         ).one_or_none()
     return row, (row.open_id if row is not None else None)
 
@@ -283,7 +296,30 @@ def _open_portable(
             )
             .returning(LinkOpen.id)
         ).scalar_one()
+        audit.append(
+            conn,
+            [
+                audit.entry(
+                    row.tenant_id,
+                    actor="link",
+                    action=audit.Action.link_opened,
+                    obj=f"link:{link_id}",
+                    at=now,
+                    details={"network": _ascii(network)},
+                )
+            ],
+        )
     return row, int(inserted)
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "replace").decode("ascii")
+
+
+def _audit_details(network: str) -> str:
+    """The opening's audit details as the canonical text the audit log hashes (ASCII:
+    the database hashes it on PostgreSQL; the user agent stays in ``link_opens``)."""
+    return audit.details_text({"network": _ascii(network)})
 
 
 def _forget_open(db: Database, open_id: int) -> None:

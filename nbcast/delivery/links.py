@@ -77,6 +77,17 @@ def create_link(
     )
     session.add(row)
     session.flush()
+    from nbcast.governance import audit
+
+    audit.record(
+        session,
+        tenant_id,
+        actor="delivery-worker",
+        action=audit.Action.link_created,
+        obj=f"link:{row.id}",
+        at=now,
+        details={"run": run_id, "recipient": recipient, "expires_at": row.expires_at.isoformat()},
+    )
     token = signer.sign({"l": row.id, "a": sha256[:16]}, purpose=PURPOSE)
     return IssuedLink(row.id, token, link_url(base_url, token), row.expires_at)
 

@@ -46,9 +46,12 @@ __all__ = [
     "Action",
     "AuditRecord",
     "Break",
+    "append",
     "canonical",
     "chain_hash",
+    "details_text",
     "entries",
+    "entry",
     "export_log",
     "record",
     "trail",
@@ -136,7 +139,8 @@ def _instant(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _details_text(details: Mapping[str, Any] | None) -> str:
+def details_text(details: Mapping[str, Any] | None) -> str:
+    """``details`` as the canonical JSON text an entry stores and hashes."""
     text = json.dumps(
         dict(details or {}), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
     )
@@ -192,8 +196,26 @@ def record(
             actor[:128],
             action.value,
             obj[:255],
-            _details_text(details),
+            details_text(details),
         )
+    )
+
+
+def entry(
+    tenant_id: int,
+    *,
+    actor: str,
+    action: Action,
+    obj: str,
+    at: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> _Noted:
+    """An entry to :func:`append` on a Connection (the planes that write through a
+    Connection, not a Session: the delivery ledger's recorder, link openings)."""
+    if at.tzinfo is None:
+        raise ValueError("an audit instant must be aware")
+    return _Noted(
+        tenant_id, at.astimezone(UTC), actor[:128], action.value, obj[:255], details_text(details)
     )
 
 
@@ -209,12 +231,17 @@ def _forget_pending(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
 
-def append(session: Session, noted: list[_Noted]) -> None:
-    """Append ``noted`` entries now, chaining each tenant's after its head."""
+def append(session: Session | sa.Connection, noted: list[_Noted]) -> None:
+    """Append ``noted`` entries now, chaining each tenant's after its head (in the
+    transaction ``session`` — a Session or a Connection — is in)."""
     by_tenant: dict[int, list[_Noted]] = {}
     for item in noted:
         by_tenant.setdefault(item.tenant_id, []).append(item)
-    dialect = session.get_bind().dialect.name
+    dialect = (
+        session.dialect.name
+        if isinstance(session, sa.Connection)
+        else session.get_bind().dialect.name
+    )
     for tenant_id in sorted(by_tenant):
         seq, prev = _lock_head(session, tenant_id, dialect)
         rows: list[dict[str, Any]] = []
@@ -248,7 +275,7 @@ def append(session: Session, noted: list[_Noted]) -> None:
         )
 
 
-def _lock_head(session: Session, tenant_id: int, dialect: str) -> tuple[int, str]:
+def _lock_head(session: Session | sa.Connection, tenant_id: int, dialect: str) -> tuple[int, str]:
     """The tenant's head (last seq and hash), locked for this transaction."""
     query = sa.select(AuditHead.seq, AuditHead.hash).where(AuditHead.tenant_id == tenant_id)
     if dialect == "postgresql":

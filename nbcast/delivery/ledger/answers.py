@@ -191,6 +191,7 @@ def write_answers(
     with conn.begin():
         if dialect == "postgresql":
             kept = set(conn.execute(_RECORD, _record_arrays(answers, owner, now)).scalars())
+            _audit(conn, answers, kept, now)
             return kept
         for answer in answers:
             row = answer.row
@@ -214,7 +215,49 @@ def write_answers(
                 .values(ended_at=now, **answer.attempt)
             )
             kept.add(row.id)
+        _audit(conn, answers, kept, now)
     return kept
+
+
+_AUDITED = {
+    DeliveryState.SENT.value: "delivery.sent",
+    DeliveryState.FAILED.value: "delivery.failed",
+    DeliveryState.SUPPRESSED.value: "delivery.suppressed",
+}
+
+
+def _audit(conn: sa.Connection, answers: list[Answer], kept: set[int], now: datetime) -> None:
+    """The audit entries of the answers written that end a delivery (SENT, FAILED,
+    SUPPRESSED): who received which run on which channel, or why not."""
+    from nbcast import governance
+    from nbcast.governance import audit
+
+    if not governance.ACCOUNTING:
+        return
+    noted = []
+    for answer in answers:
+        state = answer.values.get("state")
+        row = answer.row
+        if row.id not in kept or state not in _AUDITED:
+            continue
+        noted.append(
+            audit.entry(
+                getattr(row, "tenant_id", 0),
+                actor="delivery-worker",
+                action=audit.Action(_AUDITED[state]),
+                obj=f"delivery:{row.id}",
+                at=now,
+                details={
+                    "run": getattr(row, "run_id", None),
+                    "channel": getattr(row, "channel", None),
+                    "recipient": getattr(row, "recipient", None),
+                    "reason": answer.values.get("reason"),
+                    "possible_duplicate": bool(answer.values.get("possible_duplicate")),
+                },
+            )
+        )
+    if noted:
+        audit.append(conn, noted)
 
 
 def _record_arrays(answers: list[Answer], owner: str, now: datetime) -> dict[str, Any]:

@@ -5,7 +5,10 @@
   earliest user its first operator), and records who added the member.
 - ``operators``: who operates the installation.
 - ``audit_log`` and ``audit_heads`` (:mod:`nbcast.governance.audit`); on PostgreSQL a
-  trigger refuses ``UPDATE``, ``DELETE`` and ``TRUNCATE`` of ``audit_log``.
+  trigger refuses ``UPDATE``, ``DELETE`` and ``TRUNCATE`` of ``audit_log``, and
+  ``nbcast_audit_append`` appends one entry inside a statement (the signed-link
+  endpoint's one round trip), hashing it exactly as the Python side does for the
+  ASCII text it is given.
 
 Revision ID: 0011
 Revises: 0010
@@ -38,6 +41,35 @@ CREATE TRIGGER audit_log_no_update_delete BEFORE UPDATE OR DELETE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION nbcast_audit_append_only();
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
     FOR EACH STATEMENT EXECUTE FUNCTION nbcast_audit_append_only();
+
+CREATE OR REPLACE FUNCTION nbcast_audit_append(
+    p_tenant integer, p_at timestamptz, p_actor text, p_action text, p_object text,
+    p_details text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    head record;
+    next_seq bigint;
+    encoded text;
+    digest text;
+BEGIN
+    INSERT INTO audit_heads (tenant_id, seq, hash) VALUES (p_tenant, 0, repeat('0', 64))
+        ON CONFLICT DO NOTHING;
+    SELECT seq, hash INTO head FROM audit_heads WHERE tenant_id = p_tenant FOR UPDATE;
+    next_seq := head.seq + 1;
+    -- nbcast.governance.audit.canonical, for ASCII text: a JSON array, no spaces.
+    encoded := '[' || p_tenant::text || ',' || next_seq::text || ','
+        || to_json(to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text
+        || ',' || to_json(p_actor)::text || ',' || to_json(p_action)::text || ','
+        || to_json(p_object)::text || ',' || p_details || ']';
+    digest := encode(sha256(convert_to(head.hash || E'\n' || encoded, 'UTF8')), 'hex');
+    INSERT INTO audit_log (tenant_id, seq, at, actor, action, object, details, prev_hash, hash)
+        VALUES (p_tenant, next_seq, p_at, p_actor, p_action, p_object, p_details, head.hash,
+                digest);
+    UPDATE audit_heads SET seq = next_seq, hash = digest, updated_at = p_at
+        WHERE tenant_id = p_tenant;
+    RETURN next_seq;
+END
+$fn$;
 """
 
 
@@ -99,6 +131,10 @@ def downgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_truncate ON audit_log")
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_update_delete ON audit_log")
         op.execute("DROP FUNCTION IF EXISTS nbcast_audit_append_only()")
+        op.execute(
+            "DROP FUNCTION IF EXISTS nbcast_audit_append(integer, timestamptz, text, text, "
+            "text, text)"
+        )
     op.drop_table("audit_heads")
     op.drop_index("ix_audit_log_tenant_at", "audit_log")
     op.drop_table("audit_log")
