@@ -264,17 +264,14 @@ def list_tenants(
 
 
 def tenant_record(session: Session, caller: Caller, name: str, now: datetime) -> TenantRecord:
-    """Tenant ``name``: for an operator, or a member of it (anyone else: not found)."""
-    from nbcast.errors import AccessDeniedError
+    """Tenant ``name``: for an operator, or a member of it (another tenant's: not
+    found; their own tenant without a role there: refused)."""
     from nbcast.governance.roles import Role, is_operator, require
 
     if not is_operator(session, caller.user):
         if name != caller.tenant:
             raise NotFoundError(f"no tenant {clip(name)}")
-        try:
-            require(session, caller, Role.viewer, "reading the tenant", now)
-        except AccessDeniedError:
-            raise NotFoundError(f"no tenant {clip(name)}") from None
+        require(session, caller, Role.viewer, "reading the tenant", now)
     try:
         return TenantRecord.of(get_tenant(session, name))
     except ConfigError:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import shutil
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,7 +79,7 @@ def _digest(home: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A home with tenant acme (admin, author, viewer), tenant globex (the stranger),
     a published scheduled report with a queued run, a finished run and a link; the ids
     the cases need."""
@@ -111,12 +110,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         ).scalar()
     db.dispose()
     changed = make_notebook(base / "sales.ipynb", nbcast={**BLOCK, "description": "v2"})
-    yield home, {
-        "queued": str(queued),
-        "finished": str(finished),
-        "link": str(link),
-        "notebook": str(changed),
-    }
+    return (
+        home,
+        {
+            "queued": str(queued),
+            "finished": str(finished),
+            "link": str(link),
+            "notebook": str(changed),
+        },
+    )
 
 
 class _Runner:
@@ -199,3 +201,79 @@ def test_each_role_may_do_exactly_what_it_allows(
     assert lines[0].startswith("error: ")
     assert "role" in lines[0] or "operator" in lines[0], lines[0]
     assert _digest(home) == before  # nothing written, not even an audit entry
+
+
+# -- the same through the REST API ----------------------------------------------------
+
+API = "/nbcast/api/v1"
+
+API_CASES = [
+    ("post", "/definitions", "notebook", "author"),
+    ("post", "/definitions/sales/pause", None, "author"),
+    ("post", "/definitions/sales/resume", None, "author"),
+    ("post", "/definitions/sales/runs", {}, "author"),
+    (
+        "post",
+        "/definitions/sales/backfill",
+        {"from": "2020-01-01", "until": "2020-01-03"},
+        "author",
+    ),
+    ("post", "/runs/{queued}/cancel", None, "author"),
+    ("post", "/runs/{finished}/rerun", None, "author"),
+    ("post", "/runs/{finished}/deliveries/retry", None, "author"),
+    ("patch", "/tenants/acme/quota", {"max_concurrent_runs": 2}, "admin"),
+    ("get", "/audit", None, "admin"),
+    ("get", "/audit/verify", None, "admin"),
+    ("get", "/tenants", None, "operator"),
+]
+
+
+@pytest.mark.timeout(300)
+def test_each_role_may_call_exactly_the_routes_it_allows(tmp_path: Path) -> None:
+    """Every state-changing route (and the admin-only reads) as each role, in turn: the
+    refused calls answer 403 and leave every table as it was; then the least role that
+    may make the call makes it (2xx)."""
+    from tests.server.live import LiveServer
+
+    users = {u: "acme" for u in (VIEWER, AUTHOR, ADMIN, STRANGER, OPERATOR)}
+    with LiveServer(tmp_path, users=users, env={"NBCAST_USER": OPERATOR}) as live:
+        with live.client() as owner:  # the first request opens the database: boss operates
+            assert owner.get(f"{API}/definitions").status_code == 200
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            run = _Runner(monkeypatch, live.home)
+            run(OPERATOR, "tenants", "create", "acme", "--admin", ADMIN)
+            run(ADMIN, "--tenant", "acme", "users", "add", AUTHOR, "--role", "author")
+            run(ADMIN, "--tenant", "acme", "users", "add", VIEWER, "--role", "viewer")
+            path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
+            run(ADMIN, "--tenant", "acme", "publish", str(path))
+            queued = json.loads(run(ADMIN, "--tenant", "acme", "run", "sales", "--json"))["id"]
+            finished = json.loads(run(ADMIN, "--tenant", "acme", "run", "sales", "--json"))["id"]
+        db = Database.open(f"sqlite:///{live.home / 'nbcast.db'}")
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE runs SET state = 'FAILED', finished_at = ? WHERE id = ?",
+                (datetime.now(UTC), finished),
+            )
+        db.dispose()
+        v2 = json.loads(
+            make_notebook(tmp_path / "two.ipynb", nbcast={**BLOCK, "name": "sales-two"}).read_text()
+        )
+        clients = {user: live.client(user) for user in users}
+        try:
+            for method, template, body, needed in API_CASES:
+                url = API + template.format(queued=queued, finished=finished)
+                payload = {"notebook": v2} if body == "notebook" else body
+                allowed = [u for u in (VIEWER, AUTHOR, ADMIN, OPERATOR) if _allowed(u, needed)]
+                for user in (STRANGER, VIEWER, AUTHOR, ADMIN):
+                    if user in allowed:
+                        continue
+                    before = _digest(live.home)
+                    answer = clients[user].request(method, url, json=payload)
+                    assert answer.status_code == 403, (user, method, url, answer.text)
+                    assert answer.json()["error"]["code"] == "forbidden", answer.text
+                    assert _digest(live.home) == before, (user, method, url)
+                answer = clients[allowed[0]].request(method, url, json=payload)
+                assert answer.status_code < 300, (allowed[0], method, url, answer.text)
+        finally:
+            for client in clients.values():
+                client.close()
