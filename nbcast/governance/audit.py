@@ -26,6 +26,7 @@ can edit rows, and :func:`verify` finds it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -49,6 +50,7 @@ __all__ = [
     "append",
     "canonical",
     "chain_hash",
+    "chain_rows",
     "details_text",
     "entries",
     "entry",
@@ -154,9 +156,23 @@ def canonical(
 ) -> bytes:
     """The canonical encoding of an entry (module docstring); ``details`` is the
     stored canonical JSON text."""
-    fields = [tenant_id, seq, _instant(at), actor, action, obj]
-    head = json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
-    return (head[:-1] + "," + details + "]").encode("ascii")
+    return _encode(tenant_id, seq, _instant(at), actor, action, obj, details)
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_text(text: str) -> str:
+    return json.dumps(text, ensure_ascii=True)
+
+
+def _encode(
+    tenant_id: int, seq: int, instant: str, actor: str, action: str, obj: str, details: str
+) -> bytes:
+    """:func:`canonical` from the instant's text (what verifying reads by the million:
+    actors and actions repeat, so their JSON is remembered)."""
+    return (
+        f'[{tenant_id},{seq},"{instant}",{_json_text(actor)},{_json_text(action)},'
+        f"{json.dumps(obj, ensure_ascii=True)},{details}]"
+    ).encode("ascii")
 
 
 def chain_hash(prev_hash: str, encoded: bytes) -> str:
@@ -347,33 +363,68 @@ def _rows(
         after = batch[-1].seq
 
 
+def chain_rows(session: Session, tenant_id: int) -> Iterator[tuple[Any, ...]]:
+    """``(seq, instant text, actor, action, object, details, prev_hash, hash)`` of a
+    tenant's entries in ``seq`` order, the instant formatted by the database as the
+    canonical encoding writes it, in keyset batches of plain tuples (no per-row type
+    conversion: verifying reads a million of them in seconds)."""
+    dialect = session.get_bind().dialect.name
+    instant = (
+        "to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        if dialect == "postgresql"
+        else "replace(at, ' ', 'T') || 'Z'"  # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff'
+    )
+    marker = "%s" if dialect == "postgresql" else "?"
+    statement = (
+        f"SELECT seq, {instant}, actor, action, object, details, prev_hash, hash "
+        f"FROM audit_log WHERE tenant_id = {marker} AND seq > {marker} ORDER BY seq "
+        f"LIMIT {_BATCH}"
+    )
+    after = 0
+    # The driver's own cursor: rows as plain tuples, no per-row objects on the way.
+    cursor = session.connection().connection.cursor()
+    try:
+        while True:
+            cursor.execute(statement, (tenant_id, after))
+            batch = cursor.fetchall()
+            yield from batch
+            if len(batch) < _BATCH:
+                return
+            after = batch[-1][0]
+    finally:
+        cursor.close()
+
+
 def verify_tenant(session: Session, tenant_id: int, tenant: str) -> tuple[int, Break | None]:
     """How many entries of the tenant hold, and the first break (None: all hold)."""
     expected, prev, checked = 1, GENESIS, 0
-    for row in _rows(session, tenant_id):
-        if row.seq != expected:
+    sha256, encode = hashlib.sha256, _encode
+    for seq, instant, actor, action, obj, details, prev_hash, digest in chain_rows(
+        session, tenant_id
+    ):
+        if seq != expected:
             problem = (
-                f"missing (the next entry is {row.seq})"
-                if row.seq > expected
-                else f"out of order (seq {row.seq} after {expected - 1})"
+                f"missing (the next entry is {seq})"
+                if seq > expected
+                else f"out of order (seq {seq} after {expected - 1})"
             )
             return checked, Break(tenant=tenant, seq=expected, problem=problem)
-        if row.prev_hash != prev:
+        if prev_hash != prev:
             return checked, Break(
                 tenant=tenant,
-                seq=row.seq,
+                seq=seq,
                 problem="its previous hash is not the hash of the entry before it "
                 "(an entry was inserted, removed or moved)",
             )
-        digest = chain_hash(
-            prev,
-            canonical(tenant_id, row.seq, row.at, row.actor, row.action, row.object, row.details),
-        )
-        if digest != row.hash:
+        try:
+            encoded = encode(tenant_id, seq, instant, actor, action, obj, details)
+        except (UnicodeEncodeError, TypeError):  # text no append ever wrote
+            encoded = b""
+        if sha256(prev.encode("ascii") + b"\n" + encoded).hexdigest() != digest:
             return checked, Break(
-                tenant=tenant, seq=row.seq, problem="its content does not match its hash (edited)"
+                tenant=tenant, seq=seq, problem="its content does not match its hash (edited)"
             )
-        prev, expected, checked = row.hash, expected + 1, checked + 1
+        prev, expected, checked = digest, expected + 1, checked + 1
     head = session.execute(
         sa.select(AuditHead.seq, AuditHead.hash).where(AuditHead.tenant_id == tenant_id)
     ).one_or_none()
