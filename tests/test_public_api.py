@@ -100,6 +100,7 @@ PUBLIC_MODULES = [
     "nbcast.warehouse.caps",
     "nbcast.warehouse.execution",
     "nbcast.warehouse.figures",
+    "nbcast.warehouse.rls",
     "nbcast.output",
     "nbcast.output.tables",
     # fakes for users' tests

@@ -16,6 +16,8 @@ Notebooks need only this package; its modules hold one idea each:
 :mod:`nbcast.warehouse.execution`              :func:`query`: streaming under the caps
 :mod:`nbcast.warehouse.figures`                :class:`QueryUsage`, :func:`usage`,
                                                :func:`read_usage`, :func:`summarize`
+:mod:`nbcast.warehouse.rls`                    recipient scopes on PostgreSQL: row-level
+                                               security, the scoped roles (worker side)
 =============================================  ===========================================
 
 Design decisions
@@ -33,6 +35,10 @@ Design decisions
   streamed in growing chunks, and the row and byte caps trip after at most one chunk
   more than the cap; a watchdog thread cancels a query at its deadline
   (:mod:`nbcast.warehouse.execution`, :mod:`nbcast.warehouse.caps`).
+* **Row filters.** A recipient-scoped run's context carries ``row_filter``: the lake's
+  and DuckDB files' tables become filtered views (cooperative), and PostgreSQL is read
+  as a login role whose row-level security policies filter every query (enforced,
+  :mod:`nbcast.warehouse.rls`); other SQLAlchemy connections are refused to such a run.
 * **Read-only.** SQLAlchemy transactions are rolled back, never committed.
 * **Figures.** Every query, failed ones too, is recorded (:func:`usage`, and one line of
   the run's usage file); the record format is in :mod:`nbcast.warehouse.figures`.

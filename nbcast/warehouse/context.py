@@ -20,6 +20,14 @@ Design decisions
 * **Cached.** A context file is re-read when its mtime or size changes. The configured
   context and the cached file's live here under one lock; :func:`forget` clears both
   (``warehouse.reset()`` calls it).
+* **Row filter.** A recipient-scoped run's context carries ``row_filter``
+  (``{"region": "EMEA"}``: attribute names like SQL identifiers, values strings, whole
+  numbers or booleans); :mod:`nbcast.warehouse.connections` applies it to every query
+  (:mod:`nbcast.warehouse.rls` for PostgreSQL). Absent or ``null``: the run is not
+  scoped. A connection the worker could not scope to the filter arrives as
+  ``{"kind": …, "withheld": "why"}`` and every query on it says why. An ``admin_url``
+  in a context is refused: it must never reach a kernel (the worker strips it,
+  :func:`nbcast.warehouse.rls.scoped_connections`).
 * **Import cost.** Only the standard library: this module loads in every kernel.
 """
 
@@ -49,12 +57,18 @@ __all__ = [
     "current_context",
     "forget",
     "load_context",
+    "parse_row_filter",
 ]
 
 ENV_RUN_CONTEXT = "NBCAST_RUN_CONTEXT"
 ENV_LAKE = "NBCAST_LAKE"
 DEFAULT_CONNECTION = "default"
 KINDS = ("parquet", "duckdb", "sqlalchemy")
+MAX_FILTER_KEYS = 8
+"""Attributes one row filter may name (as a subscription's ``row_filter``)."""
+MAX_FILTER_VALUE = 256
+"""Characters of one row-filter string value."""
+_ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,6 +78,9 @@ class Limits:
     timeout_s: float = 60.0
     max_rows: int = 1_000_000
     max_bytes: int = 256 * 1024 * 1024
+    budget_bytes_left: int | None = None
+    """What the tenant's daily warehouse budget had left when the run was claimed
+    (None: no budget); the run's queries together may not read more."""
 
 
 DEFAULT_LIMITS = Limits()
@@ -76,6 +93,9 @@ class ConnectionSpec:
     kind: str
     path: Path | None = None
     url: str | None = dataclasses.field(default=None, repr=False)
+    withheld: str | None = None
+    """Why this run may not use the connection (it could not be scoped to the run's
+    row filter); None for a usable connection."""
 
     def __str__(self) -> str:
         if self.url is not None:  # never print a password
@@ -93,6 +113,8 @@ class RunContext:
     limits: Limits = DEFAULT_LIMITS
     usage_path: Path | None = None
     source: str = "default"
+    row_filter: Mapping[str, str | int | bool] | None = None
+    """The recipient scope applied to every query (module docstring); None: unscoped."""
 
 
 _lock = threading.Lock()
@@ -113,7 +135,7 @@ def _parse_limits(data: Any) -> Limits:
         return DEFAULT_LIMITS
     if not isinstance(data, Mapping):
         raise ConfigError(f"limits must be an object, not {data!r}")
-    unknown = set(data) - {"timeout_s", "max_rows", "max_bytes"}
+    unknown = set(data) - {"timeout_s", "max_rows", "max_bytes", "budget_bytes_left"}
     if unknown:
         raise ConfigError(f"limits: unknown keys {sorted(unknown)}")
     default = DEFAULT_LIMITS
@@ -121,7 +143,16 @@ def _parse_limits(data: Any) -> Limits:
         timeout_s=float(_positive(data.get("timeout_s", default.timeout_s), "timeout_s", False)),
         max_rows=_positive(data.get("max_rows", default.max_rows), "max_rows", True),
         max_bytes=_positive(data.get("max_bytes", default.max_bytes), "max_bytes", True),
+        budget_bytes_left=_budget_left(data.get("budget_bytes_left")),
     )
+
+
+def _budget_left(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ConfigError(f"limits.budget_bytes_left must be a whole number >= 0, not {value!r}")
+    return value
 
 
 def _parse_connection(name: str, data: Any, base: Path) -> ConnectionSpec:
@@ -130,6 +161,16 @@ def _parse_connection(name: str, data: Any, base: Path) -> ConnectionSpec:
     kind = data.get("kind")
     if kind not in KINDS:
         raise ConfigError(f"connections.{name}.kind must be one of {', '.join(KINDS)}")
+    if "admin_url" in data:
+        raise ConfigError(
+            f"connections.{name}.admin_url must never reach a kernel (the worker strips it "
+            "with nbcast.warehouse.rls.scoped_connections)"
+        )
+    if "withheld" in data:
+        reason = data["withheld"]
+        if set(data) - {"kind", "withheld"} or not isinstance(reason, str) or not reason:
+            raise ConfigError(f"connections.{name}: a withheld connection has kind and a reason")
+        return ConnectionSpec(kind=kind, withheld=reason[:500])
     key = "url" if kind == "sqlalchemy" else "path"
     unknown = set(data) - {"kind", key}
     if unknown:
@@ -140,6 +181,32 @@ def _parse_connection(name: str, data: Any, base: Path) -> ConnectionSpec:
     if kind == "sqlalchemy":
         return ConnectionSpec(kind=kind, url=value)
     return ConnectionSpec(kind=kind, path=(base / Path(value).expanduser()).resolve())
+
+
+def parse_row_filter(data: Any) -> dict[str, str | int | bool] | None:
+    """A context's ``row_filter`` checked (module docstring): None or ``{}`` for an
+    unscoped run, else the attributes (:class:`~nbcast.errors.ConfigError` otherwise)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"row_filter must be an object or null, not {type(data).__name__}")
+    if len(data) > MAX_FILTER_KEYS:
+        raise ConfigError(f"row_filter names more than {MAX_FILTER_KEYS} attributes")
+    result: dict[str, str | int | bool] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or not _ATTRIBUTE.fullmatch(key):
+            raise ConfigError(
+                "row_filter: an attribute is named like a column (letters, _, digits)"
+            )
+        whole = isinstance(value, int) and abs(value) < 2**63  # booleans included
+        text = isinstance(value, str) and 0 < len(value) <= MAX_FILTER_VALUE and value.isprintable()
+        if not (whole or text):
+            raise ConfigError(
+                f"row_filter.{key} must be a string of 1-{MAX_FILTER_VALUE} printable "
+                "characters, a whole number or a boolean"
+            )
+        result[key] = value
+    return result or None
 
 
 def _parse_context(data: Any, base: Path, source: str) -> RunContext:
@@ -168,6 +235,7 @@ def _parse_context(data: Any, base: Path, source: str) -> RunContext:
             limits=_parse_limits(data.get("limits")),
             usage_path=None if usage_path is None else (base / usage_path).resolve(),
             source=source,
+            row_filter=parse_row_filter(data.get("row_filter")),
         )
     except ConfigError as exc:
         raise ConfigError(f"run context ({source}): {exc}") from None
