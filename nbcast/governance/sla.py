@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -196,6 +196,7 @@ def _candidates(session: Session, dialect: str) -> list[_Candidate]:
     found: list[_Candidate] = []
     after = 0
     while True:
+        batch: list[_Candidate] = []
         rows = session.execute(
             sa.select(
                 ReportDefinition.id,
@@ -245,7 +246,7 @@ def _candidates(session: Session, dialect: str) -> list[_Candidate]:
             ]
             if not windows:  # declared, but not a valid promise: nothing to hold it to
                 continue
-            found.append(
+            batch.append(
                 _Candidate(
                     definition_id=did,
                     tenant_id=tid,
@@ -257,9 +258,37 @@ def _candidates(session: Session, dialect: str) -> list[_Candidate]:
                     owner_email=email,
                 )
             )
+        found += _first_promises(session, dialect, batch)
         if len(rows) < _CANDIDATE_BATCH:
             return found
         after = rows[-1][0]
+
+
+def _first_promises(session: Session, dialect: str, batch: list[_Candidate]) -> list[_Candidate]:
+    """``batch`` with each new definition's watermark starting at the publish of its
+    first version with an SLA (an older one may have pinned slots still to judge)."""
+    new = [c.definition_id for c in batch if c.checked_until is None]
+    if not new:
+        return batch
+    firsts = dict(
+        session.execute(
+            sa.select(DefinitionVersion.definition_id, sa.func.min(DefinitionVersion.created_at))
+            .where(
+                DefinitionVersion.definition_id.in_(new), _has_sla(DefinitionVersion.spec, dialect)
+            )
+            .group_by(DefinitionVersion.definition_id)
+        )
+        .tuples()
+        .all()
+    )
+    return [
+        replace(
+            c, promised_since=min(c.promised_since, firsts.get(c.definition_id) or c.promised_since)
+        )
+        if c.checked_until is None
+        else c
+        for c in batch
+    ]
 
 
 # -- one definition ---------------------------------------------------------------------
