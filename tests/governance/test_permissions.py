@@ -274,6 +274,14 @@ def test_each_role_may_call_exactly_the_routes_it_allows(tmp_path: Path) -> None
                     assert _digest(live.home) == before, (user, method, url)
                 answer = clients[allowed[0]].request(method, url, json=payload)
                 assert answer.status_code < 300, (allowed[0], method, url, answer.text)
+            # The status UI's audit page: the admins' (and the operator's), 403 for others.
+            page = clients[ADMIN].get("/nbcast/audit")
+            assert page.status_code == 200, page.text
+            assert "✓ intact" in page.text
+            assert "definition.published" in page.text
+            assert "quota.changed" in page.text
+            for user in (VIEWER, AUTHOR, STRANGER):
+                assert clients[user].get("/nbcast/audit").status_code == 403
         finally:
             for client in clients.values():
                 client.close()
