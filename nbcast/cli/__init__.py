@@ -24,6 +24,7 @@ The command runs with umask ``077``: the home folder's files are private.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from nbcast.cli import (
     worker,
 )
 from nbcast.cli.app import AppContext
-from nbcast.config import Settings, load_settings
+from nbcast.config import load_settings
 from nbcast.errors import NbcastError
 
 __all__ = ["cli", "error_line", "main"]
@@ -68,13 +69,8 @@ def cli(ctx: click.Context, tenant: str | None) -> None:
     from nbcast.config import check_tenant_name
 
     settings = load_settings()
-    if tenant:
-        settings = Settings(
-            home=settings.home,
-            database_url=settings.database_url,
-            tenant=check_tenant_name(tenant),
-            user=settings.user,
-        )
+    if tenant:  # every other setting (NBCAST_ARTIFACTS too) as the environment says
+        settings = dataclasses.replace(settings, tenant=check_tenant_name(tenant))
     ctx.obj = AppContext(settings)
 
 
