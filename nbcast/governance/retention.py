@@ -180,7 +180,11 @@ class _Pass:
         *,
         actor: str,
         dry_run: bool,
+        batch: int = BATCH,
     ) -> None:
+        if not 1 <= batch <= 10_000:
+            raise ConfigError("a retention batch is 1 to 10,000 runs")
+        self.batch = batch
         self.db = db
         self.clock = clock
         self.store = store
@@ -231,7 +235,7 @@ class _Pass:
                             .where(*artifact_candidates(self.tenant_id, cutoff, self.now))
                             .where(Run.id > last)
                             .order_by(Run.id)
-                            .limit(BATCH)
+                            .limit(self.batch)
                         )
                     )
                 )
@@ -359,7 +363,7 @@ class _Pass:
         names: dict[int, str],
     ) -> None:
         """Delete one UTC day's runs, definition by definition, whole definitions per
-        transaction up to ``BATCH`` runs (a larger one in parts)."""
+        transaction up to ``batch`` runs (a larger one in parts)."""
         in_day = [*candidates, Run.fire_at >= start, Run.fire_at < end]
         with self.db.session() as session:
             definitions = sorted(
@@ -379,16 +383,16 @@ class _Pass:
                             .where(*in_day, Run.definition_id == definition)
                             .where(Run.id > after[definition])
                             .order_by(Run.id)
-                            .limit(BATCH + 1)
+                            .limit(self.batch + 1)
                         )
                     ).all()
                     if not rows:
                         pending.pop(0)
                         continue
-                    piece = rows[:BATCH]
-                    if used and used + len(piece) > BATCH:
+                    piece = rows[: self.batch]
+                    if used and used + len(piece) > self.batch:
                         break  # the next transaction starts with this definition
-                    split = len(rows) > BATCH or parts[definition] > 0
+                    split = len(rows) > self.batch or parts[definition] > 0
                     parts[definition] += 1
                     after[definition] = piece[-1].id
                     self._delete(
@@ -400,9 +404,9 @@ class _Pass:
                         part=parts[definition] if split else None,
                     )
                     used += len(piece)
-                    if len(rows) <= BATCH:
+                    if len(rows) <= self.batch:
                         pending.pop(0)
-                    if used >= BATCH:
+                    if used >= self.batch:
                         break
 
     def _delete(
@@ -464,14 +468,15 @@ def run_retention(
     *,
     actor: str = SYSTEM_ACTOR,
     dry_run: bool = False,
+    batch: int = BATCH,
 ) -> RetentionResult:
-    """One pass over ``tenant`` by its policy (unchecked: for the commands below, the
-    daily job and tests)."""
+    """One pass over ``tenant`` by its policy, at most ``batch`` runs per transaction
+    (unchecked: for the commands below, the daily job and tests)."""
     with db.session() as session:
         row = session.scalar(sa.select(Tenant).where(Tenant.name == tenant))
         if row is None:
             raise ConfigError(f"no tenant {clip(tenant)}")
-    return _Pass(db, clock, store, row, actor=actor, dry_run=dry_run).run()
+    return _Pass(db, clock, store, row, actor=actor, dry_run=dry_run, batch=batch).run()
 
 
 # -- the commands ---------------------------------------------------------------------

@@ -333,6 +333,76 @@ def test_the_daily_job_runs_once_a_day_with_two_replicas(db: Database, nbcast_ho
     _verify(db)
 
 
+def test_small_batches_split_a_day_into_parts_and_delete_the_same(
+    db: Database, nbcast_home: Path
+) -> None:
+    history = make_history(db, nbcast_home, days=4, html=False)
+    revoke_manual(history)
+    history.clock.advance(timedelta(days=120))  # every link dead: everything goes
+    _policy(history, 1, 1)
+    before = snapshot(db)
+    dry = _pass(history, dry_run=True)
+    result = run_retention(db, history.clock, history.plane.store, "default", batch=1)
+    assert _counts(result) == _counts(dry)
+    assert snapshot(db) == {}
+    with db.session() as session:
+        details = [
+            json.loads(d)
+            for d in session.scalars(
+                sa.select(AuditEntry.details)
+                .where(AuditEntry.action == "retention.deleted")
+                .order_by(AuditEntry.seq)
+            )
+        ]
+    assert all(d["runs"] == 1 for d in details), "one run per transaction"
+    manual = before[history.manual_run]
+    day = manual["fire_at"].astimezone(UTC).date().isoformat()
+    parts = [
+        d for d in details if d["what"] == "runs" and (d["definition"], d["day"]) == ("sales", day)
+    ]
+    assert [d["part"] for d in parts] == [1, 2]
+    scheduled = next(
+        r
+        for i, r in before.items()
+        if i != history.manual_run
+        and r["definition_id"] == manual["definition_id"]
+        and r["fire_at"].date() == manual["fire_at"].date()
+    )
+    assert {d["slots_sha256"] for d in parts} == {
+        _digest([manual["slot"]]),
+        _digest([scheduled["slot"]]),
+    }
+    others = [d for d in details if d["what"] == "runs" and d not in parts]
+    assert others
+    assert all("part" not in d for d in others)
+    _verify(db)
+
+
+def test_cli_uses_the_configured_store_with_a_tenant_option(
+    db: Database,
+    use_db: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--tenant`` keeps the rest of the settings: NBCAST_ARTIFACTS names the store
+    retention deletes from (not the home's default folder)."""
+    elsewhere = tmp_path / "elsewhere"
+    history = make_history(db, elsewhere, days=3, html=False)
+    history.clock.advance(timedelta(days=120))
+    _policy(history, 1, 1)
+    monkeypatch.setenv("NBCAST_ARTIFACTS", str(elsewhere / "artifacts"))
+    monkeypatch.setenv("NBCAST_CLOCK", f"fixed:{format_instant(history.clock.now())}")
+    files = store_files(elsewhere)
+    code, out, err = _cli(
+        capsys, monkeypatch, "t", "--tenant", "default", "retention", "apply", "--json"
+    )
+    assert (code, err) == (0, "")
+    (done,) = json.loads(out)
+    assert done["artifacts"] > 0
+    assert len(store_files(elsewhere)) == len(files) - done["artifacts"]
+
+
 def test_every_table_that_refers_to_a_run_is_emptied_by_retention() -> None:
     """A table added later with a foreign key to a run, a delivery or a link must be
     added to ``delete_runs`` (or retention would fail on the key)."""
