@@ -567,15 +567,16 @@ def retention_job(db: Database, clock: Clock, store: ArtifactStore | None = None
     """The daily pass over every tenant with a policy (the store: the settings' own,
     ``NBCAST_ARTIFACTS`` or the home's); one tenant's failure is logged and the others
     go on. Returns the totals."""
-    if store is None:
+    with db.session() as session:
+        names = _tenants_with_policy(session)
+    if names and store is None:
         from nbcast.artifacts import open_store
         from nbcast.config import load_settings
 
         store = open_store(load_settings().artifacts_location)
-    with db.session() as session:
-        names = _tenants_with_policy(session)
     totals: Counter[str] = Counter()
     for name in names:
+        assert store is not None
         try:
             result = run_retention(db, clock, store, name)
         except Exception:
