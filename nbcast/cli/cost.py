@@ -59,9 +59,17 @@ def cost() -> None:
 def cost_report(app: AppContext, start: date, end: date, as_json: bool, plot: Path | None) -> None:
     """The tenant's cost per definition and UTC day of fire time, live runs and the
     figures kept of runs retention deleted."""
-    from nbcast.governance.cost import NULL_NOTE, check_period, cost_report, plot_report
+    from nbcast.governance.cost import (
+        MAX_PLOT_DAYS,
+        NULL_NOTE,
+        check_period,
+        cost_report,
+        plot_report,
+    )
 
     check_period(start, end)
+    if plot is not None and (end - start).days + 1 > MAX_PLOT_DAYS:
+        raise click.UsageError(f"--plot draws at most {MAX_PLOT_DAYS} days")
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {str(plot)[:200]!r} must name a .png file")
     if plot is not None and not plot.parent.is_dir():

@@ -48,6 +48,7 @@ from nbcast.executor.models import Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.governance.models import CostDay
 
 __all__ = [
+    "MAX_PLOT_DAYS",
     "MAX_REPORT_DAYS",
     "NULL_NOTE",
     "PLOTTED",
@@ -64,6 +65,9 @@ __all__ = [
 
 MAX_REPORT_DAYS = 3_660
 """The longest period one report covers (about ten years)."""
+
+MAX_PLOT_DAYS = 366
+"""The longest period one plot draws (a bar per day)."""
 
 NULL_NOTE = (
     "CPU seconds and peak memory not recorded by the executor (NULL) count as 0, "
@@ -387,6 +391,10 @@ def plot_report(report: CostReport, path: str | Path) -> Path:
     from matplotlib.figure import Figure
 
     days = report.days()
+    if len(days) > MAX_PLOT_DAYS:
+        raise ConfigError(
+            f"a plot draws at most {MAX_PLOT_DAYS} days; this report has {len(days):,}"
+        )
     index = {day: n for n, day in enumerate(days)}
     names = sorted({row.definition for row in report.rows})
     figure = Figure(figsize=(10, 7), dpi=100)

@@ -239,6 +239,11 @@ def test_cli_cost_report_json_table_and_plot(
         pytest.param("val", ["--from", "2000-01-01", "--to", "2026-12-01"], id="too_long"),
         pytest.param(
             "val",
+            ["--from", "2024-01-01", "--to", "2026-12-01", "--plot", "PLOT.png"],
+            id="plot_too_long",
+        ),
+        pytest.param(
+            "val",
             ["--from", "2026-10-01", "--to", "2026-10-09", "--plot", "PLOT.txt"],
             id="not_png",
         ),
