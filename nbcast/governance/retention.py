@@ -44,6 +44,9 @@ and its delete, and stored again by a new run or rendition of identical bytes in
 same moment (the store's ``put`` finds the blob still there and skips the write). The
 window is that of one batch's store deletions; a deterministic rendition of an old
 run re-rendered while its own old files are being deleted is the only way to hit it.
+Two passes at once (the daily job and ``retention apply``, on PostgreSQL) never take
+the same runs, but may each drop the other-to-last reference to one shared blob: the
+blob is then left unreferenced in the store (a leak, never a loss).
 """
 
 from __future__ import annotations
