@@ -45,7 +45,7 @@ same moment (the store's ``put`` finds the blob still there and skips the write)
 window is that of one batch's store deletions; a deterministic rendition of an old
 run re-rendered while its own old files are being deleted is the only way to hit it.
 Two passes at once (the daily job and ``retention apply``, on PostgreSQL) never take
-the same runs, but may each drop the other-to-last reference to one shared blob: the
+the same runs, but may each drop one of the last two references to a shared blob: the
 blob is then left unreferenced in the store (a leak, never a loss).
 """
 
