@@ -157,6 +157,8 @@ CASES = [
     (["users", "grant", AUTHOR, "viewer"], "admin"),
     (["users", "revoke", VIEWER], "admin"),
     (["tenants", "set-quota", "acme", "--max-concurrent", "2"], "admin"),
+    (["retention", "set", "--artifacts-days", "30", "--rows-days", "90"], "admin"),
+    (["retention", "apply"], "admin"),
     (["audit", "verify"], "admin"),
     (["audit", "export"], "admin"),
     (["tenants", "create", "initech"], "operator"),
