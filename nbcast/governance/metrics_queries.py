@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.delivery.models import Delivery, LinkOpen, Rendition
 from nbcast.executor.models import ACTIVE_STATES, Run, RunAttempt, RunState
-from nbcast.governance.models import Tenant
+from nbcast.governance.models import SlaMiss, Tenant
 
 __all__ = [
     "IN_FLIGHT",
@@ -40,6 +40,8 @@ __all__ = [
     "queue_depth",
     "render_durations",
     "runs_by_state",
+    "sla_alerts_by_state",
+    "sla_misses_by_tenant_and_state",
     "slots_by_state_and_reason",
 ]
 
@@ -157,6 +159,25 @@ def deliveries_by_channel_and_state(session: Session) -> list[tuple[str, str, in
 def link_opens_total(session: Session) -> int:
     """How many times signed links were opened (every recorded opening)."""
     return int(session.scalar(sa.select(sa.func.count(LinkOpen.id))) or 0)
+
+
+def sla_misses_by_tenant_and_state(session: Session) -> list[tuple[str, str, int]]:
+    """SLA misses (:mod:`nbcast.governance.sla`) by tenant and the slot's state."""
+    rows = session.execute(
+        sa.select(Tenant.name, SlaMiss.state, sa.func.count())
+        .select_from(SlaMiss)
+        .join(Tenant, Tenant.id == SlaMiss.tenant_id)
+        .group_by(Tenant.name, SlaMiss.state)
+    )
+    return [(str(name), _text(state), int(count)) for name, state, count in rows]
+
+
+def sla_alerts_by_state(session: Session) -> list[tuple[str, int]]:
+    """SLA misses by the state of their alert (PENDING, SENT, FAILED, NONE)."""
+    rows = session.execute(
+        sa.select(SlaMiss.alert_state, sa.func.count()).group_by(SlaMiss.alert_state)
+    )
+    return [(_text(state), int(count)) for state, count in rows]
 
 
 def _histogram(

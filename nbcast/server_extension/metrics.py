@@ -27,6 +27,9 @@ family                                       labels
 ``nbcast_deliveries``                        ``channel``, ``state``
 ``nbcast_render_duration_seconds``           histogram of rendered renditions
 ``nbcast_link_opens_total``                  —
+``nbcast_sla_misses_total``                  ``state`` (the slot's); for administrators
+                                             ``tenant`` too (below)
+``nbcast_sla_alerts``                        ``state`` (PENDING, SENT, FAILED, NONE)
 ===========================================  =======================================
 
 **Bounded labels.** No label carries a run, a definition, a recipient or a host.
@@ -38,7 +41,8 @@ served to administrators (``NbcastApp.admin_users``) and on an open endpoint the
 operator chose (``metrics_open``), and only for the :data:`MAX_TENANTS` deepest
 queues (the rest summed under ``other``): at most ``(MAX_TENANTS + 1) × 3`` series,
 each named tenant with all three states (zero included, so a dashboard's series do
-not come and go).
+not come and go). The SLA misses are counted by tenant on the same terms: the
+:data:`MAX_TENANTS` tenants with the most misses by name, the rest as ``other``.
 
 Every family is one grouped query; on a million runs a scrape costs a few table
 scans, so scrape every 15–60 s, not every second.
@@ -70,6 +74,7 @@ __all__ = [
     "OTHER",
     "DatabaseCollector",
     "metrics_registry",
+    "sla_misses_family",
     "tenant_queue_family",
 ]
 
@@ -158,6 +163,40 @@ def tenant_queue_family(queues: Sequence[q.TenantQueue]) -> GaugeMetricFamily:
     if any(rest.values()):
         for state in q.QUEUE_STATES:
             family.add_metric([OTHER, state], float(rest[state]))
+    return family
+
+
+def sla_misses_family(
+    rows: Sequence[tuple[str, str, int]], *, per_tenant: bool
+) -> CounterMetricFamily:
+    """``nbcast_sla_misses_total`` from ``(tenant, state, count)`` rows
+    (:func:`~nbcast.governance.metrics_queries.sla_misses_by_tenant_and_state`): by
+    state, and with ``per_tenant`` by tenant too — the :data:`MAX_TENANTS` tenants with
+    the most misses by name, the rest summed as ``other``."""
+    doc = "Slots not delivered within their definition's SLA, by the slot's state"
+    if not per_tenant:
+        family = CounterMetricFamily("nbcast_sla_misses", doc + ".", labels=["state"])
+        totals: dict[str, float] = {}
+        for _, state, count in rows:
+            totals[state] = totals.get(state, 0.0) + count
+        for values, value in _bounded(((state,), n) for state, n in totals.items()):
+            family.add_metric(list(values), value)
+        return family
+    family = CounterMetricFamily(
+        "nbcast_sla_misses",
+        f"{doc} and tenant (the {MAX_TENANTS} with the most; the rest as other).",
+        labels=["tenant", "state"],
+    )
+    by_tenant: dict[str, int] = {}
+    for tenant, _, count in rows:
+        by_tenant[tenant] = by_tenant.get(tenant, 0) + count
+    named = set(sorted(by_tenant, key=lambda t: (-by_tenant[t], t))[:MAX_TENANTS]) - {OTHER}
+    merged: dict[tuple[str, str], float] = {}
+    for tenant, state, count in rows:
+        key = (tenant[:64] if tenant in named else OTHER, state)
+        merged[key] = merged.get(key, 0.0) + count
+    for (tenant, state), value in sorted(merged.items()):  # states: a run's, a few
+        family.add_metric([tenant, state[:64]], value)
     return family
 
 
@@ -251,6 +290,15 @@ class DatabaseCollector(Collector):
         opens = CounterMetricFamily("nbcast_link_opens", "Signed links opened.")
         opens.add_metric([], float(q.link_opens_total(session)))
         yield opens
+        yield sla_misses_family(
+            q.sla_misses_by_tenant_and_state(session), per_tenant=self.per_tenant
+        )
+        yield _gauge(
+            "nbcast_sla_alerts",
+            "SLA misses by the state of their alert to the definition's owner.",
+            ["state"],
+            q.sla_alerts_by_state(session),
+        )
 
 
 def metrics_registry(db: Database, clock: Clock, *, per_tenant: bool) -> CollectorRegistry:

@@ -4,11 +4,13 @@
 page                            shows
 ==============================  ==================================================
 ``/nbcast/``                    services, the tenant's queue and quota, the last
-                                24 h, definitions, newest runs, failed deliveries
+                                24 h (SLA misses too), definitions, newest runs,
+                                failed deliveries
 ``/nbcast/definitions``         every definition: schedule, its next fire times in
                                 its zone with DST notes, last state
 ``/nbcast/definitions/{name}``  versions, the next fire times with DST notes, the
-                                runs of that definition (SKIPPED/MISSED reasons)
+                                runs of that definition (SKIPPED/MISSED reasons),
+                                its SLA and its latest misses
 ``/nbcast/runs/{run_id}``       context, parameters, attempts (failing cell, line
                                 and traceback), the executed notebook rendered,
                                 artifacts, deliveries per recipient, links
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 RUNS_PER_PAGE = 50
+SLA_MISSES_SHOWN = 20
+"""SLA misses a definition's page lists (the newest; ``nbcast sla list`` has them all)."""
 UPCOMING = 5
 """Next fire times a definition's page lists."""
 LIST_FIRES = 3
@@ -106,20 +110,26 @@ class OverviewPage(PageHandler):
     @authorized
     async def get(self) -> None:
         """The overview page."""
-        from nbcast.governance.overview import overview
+        from nbcast.governance.overview import WINDOW, overview, tenant_known
+        from nbcast.governance.sla_queries import miss_counts
 
         caller = self.caller
 
-        def read() -> Any:
+        def read() -> tuple[Any, dict[str, int]]:
+            now = self.state.clock.now()
             with self.state.db.session() as session:
-                return overview(session, caller, self.state.clock.now())
+                data = overview(session, caller, now)
+                known = tenant_known(session, caller)
+                misses = miss_counts(session, caller, now - WINDOW, now) if known else {}
+                return data, misses
 
-        data = await self.call(read)
+        data, sla_misses = await self.call(read)
         self.render_page(
             "overview.html",
             title="Overview",
             refresh=REFRESH_ACTIVE_S if data.active else REFRESH_OVERVIEW_S,
             o=data,
+            sla_misses_24h=sla_misses,
             ray_dashboard_url=web_url(self.state.options.ray_dashboard_url),
             embedded=self._embedded(),
         )
@@ -217,6 +227,8 @@ class DefinitionPage(PageHandler):
         from nbcast.errors import UnknownDefinitionError
         from nbcast.executor.queries import list_runs
         from nbcast.governance.overview import tenant_known
+        from nbcast.governance.sla_queries import list_misses
+        from nbcast.governance.sla_verdict import span
         from nbcast.scheduler.upcoming import upcoming
 
         now = self.state.clock.now()
@@ -228,6 +240,8 @@ class DefinitionPage(PageHandler):
             runs = list_runs(
                 session, caller, definition=name, order="desc", limit=RUNS_PER_PAGE, after=after
             )
+            misses = list_misses(session, caller, definition=name, limit=SLA_MISSES_SHOWN)
+        sla = versions[-1].spec.sla if versions else None
         fires: list[Any] = []
         upcoming_error = None
         schedule = versions[-1].spec.schedule if versions else None
@@ -245,4 +259,7 @@ class DefinitionPage(PageHandler):
             "runs": runs.items,
             "next_after": runs.next_after,
             "after": after,
+            "sla_within": span(sla.delivered_within) if sla is not None else None,
+            "sla_misses": misses.items,
+            "more_sla_misses": misses.next_after is not None,
         }
