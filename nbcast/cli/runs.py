@@ -50,16 +50,28 @@ def run_command(
     at: datetime | None,
     as_json: bool,
 ) -> None:
-    """Queue a manual run of NAME's latest version."""
+    """Queue a manual run of NAME's latest version (one per audience: recipients with
+    their own parameters or row filter get their own run)."""
     from nbcast.definitions.parameters import parse_assignments
-    from nbcast.scheduler.control import run_now
+    from nbcast.scheduler.control import run_now_all
 
     values = parse_assignments(parameters)
-    run_id = run_now(app.db, app.clock, app.caller, name, values, at=at)
+    ids = run_now_all(app.db, app.clock, app.caller, name, values, at=at)
     if as_json:
-        emit_json({"id": run_id, "definition": name, "kind": "manual", "state": RunState.QUEUED})
+        emit_json(
+            {
+                "id": ids[0],
+                "ids": ids,
+                "definition": name,
+                "kind": "manual",
+                "state": RunState.QUEUED,
+            }
+        )
+    elif len(ids) == 1:
+        click.echo(f"queued manual run {ids[0]} of {name}")
     else:
-        click.echo(f"queued manual run {run_id} of {name}")
+        listed = ", ".join(str(i) for i in ids)
+        click.echo(f"queued manual runs {listed} of {name}, one per audience")
 
 
 @click.command("rerun")

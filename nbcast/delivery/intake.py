@@ -6,8 +6,11 @@ PostgreSQL, so several delivery workers share them), and for each run, from the
 pinned version's ``nbcast`` block:
 
 - one rendition per format in ``outputs`` (``renditions``, unique per run and format);
-- one ledger row per subscription (``deliveries``, unique per run, channel and
-  recipient), PENDING.
+- one ledger row per subscription *of the run's audience* (``deliveries``, unique per
+  run, channel and recipient), PENDING: a recipient-scoped run
+  (:mod:`nbcast.definitions.audiences`) goes only to the subscriptions whose
+  parameters and row filter made it (``Subscription.audience == Run.audience``), the
+  base run only to the unscoped ones.
 
 Both inserts are ``ON CONFLICT DO NOTHING`` and the outbox row is marked consumed in
 the same transaction, so replaying an outbox row — a crash before the commit, a row
@@ -74,11 +77,12 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
     if not rows:
         return 0
     runs = session.execute(
-        sa.select(Run.id, Run.tenant_id, Run.definition_id, Run.version_id, Run.fire_at).where(
-            Run.id.in_([r.run_id for r in rows])
-        )
+        sa.select(
+            Run.id, Run.tenant_id, Run.definition_id, Run.version_id, Run.fire_at, Run.audience
+        ).where(Run.id.in_([r.run_id for r in rows]))
     ).all()
     cache: dict[int, ReportSpec] = {}
+    audiences: dict[int, list[str]] = {}  # per version: each subscription's audience
     renditions: list[dict[str, Any]] = []
     deliveries: list[dict[str, Any]] = []
     held: set[int] = set()
@@ -101,7 +105,12 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
                     "created_at": now,
                 }
             )
-        for sub in spec.subscriptions:
+        keys = audiences.get(run.version_id)
+        if keys is None:
+            keys = audiences[run.version_id] = [sub.audience for sub in spec.subscriptions]
+        for sub, audience in zip(spec.subscriptions, keys, strict=True):
+            if audience != (run.audience or ""):
+                continue  # another audience's recipient: that run is theirs
             deliveries.append(
                 {
                     "tenant_id": run.tenant_id,

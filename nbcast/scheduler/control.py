@@ -9,11 +9,15 @@
   misfire or overlap policy — a backfill is an explicit request to run those slots.
   A slot that already has a row keeps it (``ON CONFLICT DO NOTHING``); the result
   says how many were new. The range must end at or before the watermark: later
-  slots belong to the scheduler.
-- **Manual run**: kind ``manual``, no slot, the latest version, the version's
-  parameters overridden by the validated ``-p`` values; not subject to overlap.
-- **Rerun**: kind ``rerun``, a finished run again with its version, parameters and
-  context (:func:`rerun_run`).
+  slots belong to the scheduler. Like the scheduler's, a backfill slot has one row
+  per audience (:mod:`nbcast.scheduler.slots`); at most
+  :data:`~nbcast.limits.MAX_BACKFILL_SLOTS` rows in all.
+- **Manual run**: kind ``manual``, no slot, the latest version, one run per
+  audience; each run's parameters are the version's, overridden by the validated
+  ``-p`` values, overridden by its audience's own (a recipient's scope is not a
+  manual run's to change); not subject to overlap.
+- **Rerun**: kind ``rerun``, a finished run again with its version, parameters,
+  context, audience and row filter (:func:`rerun_run`).
 
 Each takes the :class:`~nbcast.access.Caller`, acts in its tenant only, needs the
 ``author`` role there (:mod:`nbcast.governance.roles`) and leaves an audit entry in
@@ -57,7 +61,7 @@ from nbcast.scheduler.slots import (
 )
 from nbcast.scheduler.zones import range_bound
 
-__all__ = ["backfill", "pause", "rerun_run", "resume", "run_now"]
+__all__ = ["backfill", "pause", "rerun_run", "resume", "run_now", "run_now_all"]
 
 
 def _definition(
@@ -219,11 +223,11 @@ def backfill(
                 f"backfill: --to {end.isoformat()} is after {name!r}'s watermark "
                 f"{state.watermark.isoformat()}; later slots are the scheduler's"
             )
-        slots = list(islice(plan.compiled.slots(start, end), MAX_BACKFILL_SLOTS + 1))
-        if len(slots) > MAX_BACKFILL_SLOTS:
-            raise ScheduleError(
-                f"backfill: more than {MAX_BACKFILL_SLOTS:,} slots in the range; narrow it"
-            )
+        cap = max(1, MAX_BACKFILL_SLOTS // len(plan.audiences))  # rows, bounded
+        slots = list(islice(plan.compiled.slots(start, end), cap + 1))
+        if len(slots) > cap:
+            per = f" ({len(plan.audiences)} audiences each)" if len(plan.audiences) > 1 else ""
+            raise ScheduleError(f"backfill: more than {cap:,} slots{per} in the range; narrow it")
         decisions = [
             Decision(s, RunState.QUEUED)
             if s.reason is None
@@ -256,10 +260,26 @@ def run_now(
     *,
     at: datetime | None = None,
 ) -> int:
-    """Queue a manual run of ``name``'s latest version; return its id.
+    """Queue manual runs of ``name``'s latest version (:func:`run_now_all`); return
+    the id of the first: the base audience's, when the definition has one."""
+    return run_now_all(db, clock, caller, name, parameters, at=at)[0]
 
-    ``parameters`` override the version's (each may be a slot binding). The run's
-    period is ``at`` (default: now) and the interval of the slot that holds it
+
+def run_now_all(
+    db: Database,
+    clock: Clock,
+    caller: Caller,
+    name: str,
+    parameters: dict[str, Any],
+    *,
+    at: datetime | None = None,
+) -> list[int]:
+    """Queue a manual run of ``name``'s latest version for each of its audiences; return
+    their ids, in audience order (the base audience first).
+
+    ``parameters`` override the version's (each may be a slot binding); an audience's
+    own parameters override both (module docstring). The runs' period is ``at``
+    (default: now) and the interval of the slot that holds it
     (:func:`nbcast.scheduler.period.manual_period`); bindings are resolved against it.
     """
     now = clock.now()
@@ -281,49 +301,57 @@ def run_now(
             .get((definition.id, version.version))
         )
         schema = schema_from_json(version.parameter_schema)
-        values = dict(plan.spec.parameters)
-        values.update(validate_parameters(schema, parameters, bindings=True))
+        given = validate_parameters(schema, parameters, bindings=True)
         period = manual_period(plan.intervals, plan.zone, at or now)
-        run = Run(
-            tenant_id=definition.tenant_id,
-            definition_id=definition.id,
-            version_id=version.id,
-            version=version.version,
-            kind=RunKind.manual.value,
-            slot_key=None,
-            fire_at=now,
-            state=RunState.QUEUED.value,
-            reason=None,
-            parameters=resolve_parameters(values, period),
-            context=context_of(
-                kind=RunKind.manual.value, slot_key=None, fire_at=now, period=period
-            ),
-            serial=False,
-            not_before=now,
-            created_at=now,
-        )
-        session.add(run)
+        context = context_of(kind=RunKind.manual.value, slot_key=None, fire_at=now, period=period)
+        runs = []
+        for audience in plan.audiences:
+            values = {**plan.spec.parameters, **given, **audience.parameters}
+            run = Run(
+                tenant_id=definition.tenant_id,
+                definition_id=definition.id,
+                version_id=version.id,
+                version=version.version,
+                kind=RunKind.manual.value,
+                slot_key=None,
+                audience=audience.key,
+                row_filter=audience.row_filter or None,
+                fire_at=now,
+                state=RunState.QUEUED.value,
+                reason=None,
+                parameters=resolve_parameters(values, period),
+                context=context,
+                serial=False,
+                not_before=now,
+                created_at=now,
+            )
+            session.add(run)
+            runs.append(run)
         session.flush()
-        _audit(
-            session,
-            caller,
-            definition.tenant_id,
-            audit.Action.run_requested,
-            f"run:{run.id}",
-            now,
-            definition=definition.name,
-            version=version.version,
-            parameters=run.parameters,
-        )
-        return run.id
+        for run in runs:
+            details: dict[str, Any] = {"audience": run.audience} if run.audience else {}
+            _audit(
+                session,
+                caller,
+                definition.tenant_id,
+                audit.Action.run_requested,
+                f"run:{run.id}",
+                now,
+                definition=definition.name,
+                version=version.version,
+                parameters=run.parameters,
+                **details,
+            )
+        return [run.id for run in runs]
 
 
 def rerun_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> int:
     """Queue run ``run_id`` again; return the new run's id.
 
     The rerun (kind ``rerun``, ``rerun_of`` the original) executes the same version
-    with the same literal parameters and the same frozen context — slot, nominal time,
-    data interval — so it reports what the original reported (or should have: a
+    with the same literal parameters, the same frozen context — slot, nominal time,
+    data interval — and the same audience and row filter, so it reports what the
+    original reported, to the same recipients (or should have: a
     FAILED, CANCELLED, SKIPPED or MISSED slot can be rerun as well). It has no slot of
     its own (the slot's row stays the original's) and, like a manual run, is not held
     back by the overlap policy. Its deliveries are never superseded or stale. A run
@@ -350,6 +378,9 @@ def rerun_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> int:
             reason=None,
             parameters=dict(original.parameters),
             context=dict(original.context) if original.context is not None else None,
+            # Same recipients, same data: a rerun of a scoped run stays scoped.
+            audience=original.audience,
+            row_filter=dict(original.row_filter) if original.row_filter else None,
             rerun_of=original.id,
             serial=False,
             not_before=now,

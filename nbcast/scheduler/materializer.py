@@ -11,12 +11,13 @@ One *pass* (:meth:`Materializer.tick`) does two things:
 2. **Materialize.** In batches, it claims due definitions (``next_fire_at <= now``,
    not paused) with ``FOR UPDATE SKIP LOCKED`` — so replicas on PostgreSQL never
    work on the same definition at once — and for each one walks every slot after
-   the watermark up to now, decides it (:mod:`nbcast.scheduler.policies`), inserts
-   the rows with ``INSERT … ON CONFLICT DO NOTHING`` on ``UNIQUE(definition_id,
-   slot_key)``, and advances the watermark and ``next_fire_at`` **in the same
-   transaction**. A crash anywhere before the commit leaves the watermark where it
-   was, so the next pass redoes the work; the unique constraint is the last guard
-   against a duplicate.
+   the watermark up to now, decides it (:mod:`nbcast.scheduler.policies`) — once per
+   slot, for all of the slot's audiences —, inserts its rows, one per audience
+   (:func:`~nbcast.scheduler.slots.slot_rows`), with ``INSERT … ON CONFLICT DO
+   NOTHING`` on ``UNIQUE(definition_id, slot_key, audience)``, and advances the
+   watermark and ``next_fire_at`` **in the same transaction**. A crash anywhere
+   before the commit leaves the watermark where it was, so the next pass redoes the
+   work; the unique constraint is the last guard against a duplicate.
 
 Runs pin the version whose schedule produced them. A run's ``not_before`` is its
 fire time plus a deterministic share of the schedule's ``jitter`` (a hash of the
@@ -34,8 +35,9 @@ success clears the error. A new version of the definition is picked up by the ne
 sync as usual, which is how an author fixes it.
 
 **Bounded passes.** One pass materializes at most
-:data:`~nbcast.limits.MAX_SLOTS_PER_PASS` slots of one definition (a scheduler
-that was down for a year under a one-minute schedule); the rest follow in the next
+:data:`~nbcast.limits.MAX_SLOTS_PER_PASS` rows of one definition (a scheduler
+that was down for a year under a one-minute schedule): that many slots divided by
+the definition's audiences, at least one slot; the rest follow in the next
 pass, which is due at once. The misfire policy sees that more slots are due (so
 ``run_latest`` supersedes every missed slot of the earlier chunks); ``max_catchup``
 of ``run_all`` counts per pass.
@@ -383,9 +385,10 @@ class Materializer:
         active: ActiveRuns,
     ) -> _Work:
         """What one definition's pass writes: its rows and its new watermark."""
-        slots = due_slots(plan, watermark, now, limit=MAX_SLOTS_PER_PASS + 1)
-        more = len(slots) > MAX_SLOTS_PER_PASS
-        slots = slots[:MAX_SLOTS_PER_PASS]
+        cap = max(1, MAX_SLOTS_PER_PASS // len(plan.audiences))  # rows per pass, bounded
+        slots = due_slots(plan, watermark, now, limit=cap + 1)
+        more = len(slots) > cap
+        slots = slots[:cap]
         outcome = decide(slots, now, plan.schedule or ScheduleSpec(), active, more_due=more)
         rows = slot_rows(definition_id, plan, outcome.items, RunKind.scheduled, now)
         if slots:

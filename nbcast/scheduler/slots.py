@@ -9,6 +9,26 @@ compiles each version once per process. :func:`due_slots` lists the slots after 
 watermark up to an instant; :func:`slot_rows` turns decided slots into ``runs`` rows
 (the version's parameters, the deterministic jitter share, whether the run is
 serial); :func:`active_runs` counts what the overlap policy needs.
+
+**Audiences.** A plan carries the audiences of its version's subscriptions
+(:func:`nbcast.definitions.audiences.audiences`: the base audience ``""`` alone for a
+definition without scoped subscriptions). Every decided slot becomes one row *per
+audience* — the same state and reason for all of them, since a slot is decided once —
+with ``audience`` its key, ``row_filter`` its filter (None for the base audience) and
+``parameters`` the version's overlaid with the audience's, bindings resolved for the
+slot's period. So the invariant is one row per (slot, audience), which
+``UNIQUE(definition_id, slot_key, audience)`` guards.
+
+**Overlap with several audiences** (:func:`active_runs`): each audience is a stream
+of runs of its own, and the slot is decided as its busiest stream would decide it —
+``queued`` and ``started`` are each the largest count among the definition's
+audiences (runs of audiences a newer version dropped count too). A definition with
+one audience counts exactly as before; with three, ``skip`` skips a slot while any
+audience's earlier run is still queued or running, and ``buffer_one`` queues it
+while no audience has a run waiting. ``replace`` cancels every active run of the
+definition, whatever its audience. ``serial`` is set on each row as before; the
+executor runs serial runs one at a time per definition (and audience, where its claim
+partitions by audience).
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from nbcast.definitions.audiences import BASE, Audience, audiences
 from nbcast.definitions.bindings import Period, is_binding, resolve_parameters
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.parameters import schema_from_json
@@ -68,6 +89,16 @@ class Plan:
     zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
     bound: bool = False
     """Whether any parameter value is a binding, resolved per slot."""
+    audiences: tuple[Audience, ...] = (
+        Audience(key=BASE, parameters={}, row_filter={}, subscriptions=()),
+    )
+    """Who receives the version's runs: one row per slot and audience (module docstring)."""
+
+    def parameters_of(self, audience: Audience) -> dict[str, Any]:
+        """The version's parameters overlaid with ``audience``'s (unresolved)."""
+        if not audience.parameters:
+            return self.spec.parameters
+        return {**self.spec.parameters, **audience.parameters}
 
 
 class PoisonDefinition(ScheduleError):
@@ -95,6 +126,9 @@ class PlanCache:
         try:
             spec = parse_spec(block, schema_from_json(schema))
             compiled = compile_schedule(spec.schedule) if spec.schedule else None
+            scopes = tuple(audiences(spec.subscriptions))
+            values = [*spec.parameters.values()]
+            values += [v for a in scopes for v in a.parameters.values()]
             plan = Plan(
                 version_id,
                 version,
@@ -104,7 +138,8 @@ class PlanCache:
                 compiled,
                 intervals=interval_schedule(spec.schedule) if spec.schedule else None,
                 zone=ZoneInfo(spec.schedule.timezone if spec.schedule else "UTC"),
-                bound=any(is_binding(v) for v in spec.parameters.values()),
+                bound=any(is_binding(v) for v in values),
+                audiences=scopes,
             )
         except Exception as exc:  # a poison version: recorded on its definition
             plan = Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
@@ -144,20 +179,28 @@ class PlanCache:
 
 
 def active_runs(session: Session, ids: list[int]) -> dict[int, ActiveRuns]:
-    """How many runs of each definition in ``ids`` are QUEUED and under way."""
-    counts: dict[int, ActiveRuns] = {}
+    """How many runs of each definition in ``ids`` are QUEUED and under way: for
+    each, the largest count among its audiences (module docstring)."""
+    per_audience: dict[tuple[int, str], ActiveRuns] = {}
     rows = session.execute(
-        sa.select(Run.definition_id, Run.state, sa.func.count())
+        sa.select(Run.definition_id, Run.audience, Run.state, sa.func.count())
         .where(Run.definition_id.in_(ids), Run.state.in_([s.value for s in ACTIVE_STATES]))
-        .group_by(Run.definition_id, Run.state)
+        .group_by(Run.definition_id, Run.audience, Run.state)
     ).all()
-    for definition_id, state, count in rows:
-        current = counts.get(definition_id, ActiveRuns())
+    for definition_id, audience, state, count in rows:
+        key = (definition_id, audience)
+        current = per_audience.get(key, ActiveRuns())
         if state == RunState.QUEUED:
             current = ActiveRuns(current.queued + count, current.started)
         else:
             current = ActiveRuns(current.queued, current.started + count)
-        counts[definition_id] = current
+        per_audience[key] = current
+    counts: dict[int, ActiveRuns] = {}
+    for (definition_id, _), active in per_audience.items():
+        busiest = counts.get(definition_id, ActiveRuns())
+        counts[definition_id] = ActiveRuns(
+            max(busiest.queued, active.queued), max(busiest.started, active.started)
+        )
     return counts
 
 
@@ -207,33 +250,40 @@ def due_slots(
 def slot_rows(
     definition_id: int, plan: Plan, decisions: Iterable[Decision], kind: RunKind, now: datetime
 ) -> list[dict[str, Any]]:
-    """The ``runs`` rows of decided slots (consecutive slots, in fire order): pinned
-    to the plan's version, with its parameters — bindings resolved for each slot's
-    period — and the run context; serial unless the overlap policy is ``allow``
-    (backfills always are)."""
+    """The ``runs`` rows of decided slots (consecutive slots, in fire order): one per
+    slot and audience (module docstring), pinned to the plan's version, with the
+    audience's parameters — bindings resolved for each slot's period — and the run
+    context; serial unless the overlap policy is ``allow`` (backfills always are)."""
     schedule = plan.schedule or ScheduleSpec()
     decided = list(decisions)
     if plan.intervals is None:
         periods: list[Period | None] = [None] * len(decided)
     else:
         periods = list(slot_periods(plan.intervals, plan.zone, [d.slot for d in decided]))
-    return [
-        {
-            **_row(definition_id, plan, schedule, d, kind, now),
-            **_period_values(plan, kind, d.slot, period),
-        }
-        for d, period in zip(decided, periods, strict=True)
-    ]
-
-
-def _period_values(plan: Plan, kind: RunKind, slot: Slot, period: Period | None) -> dict[str, Any]:
-    if period is None:
-        return {"context": None}
-    parameters = (
-        resolve_parameters(plan.spec.parameters, period) if plan.bound else plan.spec.parameters
-    )
-    context = context_of(kind=kind.value, slot_key=slot.key, fire_at=slot.fire_at, period=period)
-    return {"parameters": parameters, "context": context}
+    rows = []
+    for d, period in zip(decided, periods, strict=True):
+        row = _row(definition_id, plan, schedule, d, kind, now)
+        context = (
+            None
+            if period is None
+            else context_of(
+                kind=kind.value, slot_key=d.slot.key, fire_at=d.slot.fire_at, period=period
+            )
+        )
+        for audience in plan.audiences:
+            parameters = plan.parameters_of(audience)
+            if period is not None and plan.bound:
+                parameters = resolve_parameters(parameters, period)
+            rows.append(
+                {
+                    **row,
+                    "audience": audience.key,
+                    "row_filter": audience.row_filter or None,
+                    "parameters": parameters,
+                    "context": context,
+                }
+            )
+    return rows
 
 
 def _row(
@@ -254,7 +304,6 @@ def _row(
         "fire_at": d.slot.fire_at,
         "state": d.state.value,
         "reason": None if d.reason is None else str(d.reason),
-        "parameters": plan.spec.parameters,
         "serial": kind is RunKind.backfill or schedule.overlap is not OverlapPolicy.allow,
         "not_before": d.slot.fire_at + jitter_of(schedule, definition_id, d.slot.key),
         "created_at": now,

@@ -4,7 +4,8 @@ A simulated month (accelerated clock) of mixed schedules across zones and DST
 changes; three ``nbcast scheduler run`` processes share the work, and a driver
 SIGKILLs one at random moments (plus crash points inside the materializer's
 transaction) and restarts it. At the end every slot of every definition has
-exactly one row, none twice, none missing.
+exactly one row per audience, none twice, none missing — two of the definitions have
+recipient-scoped subscriptions, so their slots fan out into one row per audience.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sqlalchemy as sa
 
 from nbcast.access import Caller
 from nbcast.db import Database
+from nbcast.definitions.audiences import audiences as spec_audiences
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import publish
@@ -62,6 +64,35 @@ SCHEDULES: dict[str, dict[str, Any]] = {
     "daily-sydney": {"cron": "0 7 * * 1-5", "timezone": "Australia/Sydney"},
     "daily-london": {"cron": "15 1 * * *", "timezone": "Europe/London", "overlap": "replace"},
     "every-7m": {"every": "7m", "overlap": "buffer_one"},
+    "scoped-every-3m": {"every": "3m", "overlap": "skip"},
+    "scoped-hourly-berlin": {
+        "cron": "0 * * * *",
+        "timezone": "Europe/Berlin",
+        "misfire": {"policy": "run_all"},
+        "overlap": "buffer_all",
+    },
+}
+
+
+def _scoped(to: str, region: str) -> dict[str, Any]:
+    return {
+        "channel": "email",
+        "to": to,
+        "parameters": {"region": region},
+        "row_filter": {"region": region},
+    }
+
+
+SUBSCRIPTIONS: dict[str, list[dict[str, Any]]] = {
+    "scoped-every-3m": [
+        _scoped("emea@example.com", "EMEA"),
+        _scoped("apac@example.com", "APAC"),
+        _scoped("amer@example.com", "AMER"),
+    ],
+    "scoped-hourly-berlin": [
+        _scoped("emea@example.com", "EMEA"),
+        {"channel": "email", "to": "everyone@example.com"},
+    ],
 }
 
 
@@ -94,10 +125,10 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
     db = Database.open(pg_url)
     _reset_postgres(db)
     for name, schedule in SCHEDULES.items():
-        path = make_notebook(
-            tmp_path / f"{name}.ipynb", nbcast={"name": name, "schedule": schedule}
-        )
-        publish(db, path, caller=Caller(tenant="default", user="t"), now=START)
+        block = {"name": name, "schedule": schedule, "subscriptions": SUBSCRIPTIONS.get(name, [])}
+        path = make_notebook(tmp_path / f"{name}.ipynb", nbcast=block)
+        # The CLI below acts as NBCAST_USER (tester): the first to act, so its admin.
+        publish(db, path, caller=Caller(tenant="default", user="tester"), now=START)
 
     epoch = time.time() + 1.0
     env = {
@@ -155,16 +186,20 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
             ).all()
         }
         runs = session.execute(
-            sa.select(ReportDefinition.name, Run.slot_key, Run.state, Run.reason).join(
-                ReportDefinition, ReportDefinition.id == Run.definition_id
-            )
+            sa.select(
+                ReportDefinition.name, Run.slot_key, Run.audience, Run.state, Run.reason
+            ).join(ReportDefinition, ReportDefinition.id == Run.definition_id)
         ).all()
     assert set(states) == set(SCHEDULES)
-    by_definition: dict[str, list[str]] = {}
-    for name, key, state, reason in runs:
-        by_definition.setdefault(name, []).append(key)
+    by_definition: dict[str, dict[str, list[str]]] = {}
+    decided: dict[tuple[str, str], set[tuple[str, str | None]]] = {}
+    for name, key, audience, state, reason in runs:
+        by_definition.setdefault(name, {}).setdefault(audience, []).append(str(key))
+        decided.setdefault((name, str(key)), set()).add((state, reason))
         assert state in ("QUEUED", "SKIPPED", "MISSED")
         assert (state == "QUEUED") == (reason is None)
+    # A slot is decided once: all its audiences' rows have the same state and reason.
+    assert all(len(outcomes) == 1 for outcomes in decided.values())
     for name in SCHEDULES:
         info = get_version(db, "default", name)
         spec = parse_spec(info.block, info.schema)
@@ -179,11 +214,14 @@ def test_three_replicas_killed_at_random_leave_exactly_one_row_per_slot(
                 first + timedelta(microseconds=1), until + timedelta(microseconds=1)
             )
         ]
-        got = by_definition.get(name, [])
-        assert len(got) == len(set(got)), f"{name}: a slot has two rows"
-        assert sorted(got) == sorted(expected), f"{name}: rows differ from the schedule"
+        audiences = {a.key for a in spec_audiences(spec.subscriptions)}
+        assert set(by_definition.get(name, {})) == audiences, f"{name}: audiences differ"
+        for audience, got in by_definition[name].items():
+            assert len(got) == len(set(got)), f"{name}/{audience!r}: a slot has two rows"
+            assert sorted(got) == sorted(expected), f"{name}/{audience!r}: rows differ"
         assert states[name].watermark >= END - timedelta(days=4)
-    assert len(by_definition["every-minute-utc"]) >= 30 * 24 * 60
+    assert len(by_definition["every-minute-utc"][""]) >= 30 * 24 * 60
+    assert len(by_definition["scoped-every-3m"]) == 3
     with db.session() as session:
         replicas = session.execute(
             sa.select(ServiceHeartbeat.name).where(ServiceHeartbeat.kind == "scheduler")
