@@ -80,10 +80,12 @@ class World:
         return Materializer(self.db, self.clock, name="test-scheduler").tick()
 
     def claim(self) -> dict[str, Lease]:
-        """Claim and start every due run; their leases by definition name."""
+        """Claim and start every due run; their leases by definition name (with
+        ``@<audience>`` for a recipient-scoped run)."""
         while leases := self.queue.claim(10):
             for lease in self.queue.start_many(leases):
-                self.leases[lease.definition] = lease
+                key = f"{lease.definition}@{lease.audience}" if lease.audience else lease.definition
+                self.leases[key] = lease
         return self.leases
 
     def fail(self, name: str) -> None:

@@ -499,3 +499,33 @@ def test_sla_list_shows_any_member_the_misses(
     code, _, err = _cli(capsys, "sla", "list")
     assert code == 2
     assert "'mallory' has no role in tenant default" in err
+
+
+def test_a_slot_of_several_audiences_is_kept_only_when_each_was_delivered(fixed: World) -> None:
+    scoped = [
+        {"channel": "email", "to": "emea@example.com", "parameters": {"region": "EMEA"}},
+        {"channel": "email", "to": "apac@example.com", "parameters": {"region": "APAC"}},
+    ]
+    fixed.publish("regions", DAILY, subscriptions=scoped)
+    fixed.publish("everywhere", DAILY, subscriptions=scoped)
+    _at(fixed, SLOT + minutes(1))
+    fixed.tick()
+    assert len(fixed.runs("regions")) == 2  # one row per audience
+    done: set[str] = set()
+    while True:  # a definition's audiences run one at a time
+        fresh = {k: v for k, v in fixed.claim().items() if k not in done}
+        if not fresh:
+            break
+        for key, lease in fresh.items():
+            done.add(key)
+            if lease.definition == "everywhere" or lease.parameters["region"] == "EMEA":
+                fixed.succeed(key)  # regions' APAC run is left running: never delivered
+    with smtp_server() as server:
+        worker = fixed.worker({"email": _email(server)})
+        _settle(worker, lambda: len(server.messages) == 3)
+    _at(fixed, SLOT + minutes(31))
+    assert fixed.check()["misses"] == 1
+    [miss] = fixed.misses()
+    assert (miss["definition"], miss["state"]) == ("regions", "RUNNING")
+    assert miss["reason"].startswith("audience ")
+    assert miss["reason"].endswith(" of 2: RUNNING at the deadline")
