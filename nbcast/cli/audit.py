@@ -31,7 +31,7 @@ def audit() -> None:
 @pass_app
 def audit_verify(app: AppContext, every_tenant: bool) -> None:
     """Check that no entry was edited, deleted, inserted or reordered."""
-    from nbcast.governance.audit import verify_log
+    from nbcast.governance.audit_trail import verify_log
 
     with app.db.session() as session:
         tenants, checked, broken = verify_log(
@@ -64,7 +64,7 @@ def _bound(value: object, zone_end: bool = False) -> datetime | None:
 @pass_app
 def audit_export(app: AppContext, since: object, until: object, output: Path | None) -> None:
     """Write the tenant's entries as JSON lines (one object per entry, in order)."""
-    from nbcast.governance.audit import export_log
+    from nbcast.governance.audit_trail import export_log
 
     low, high = _bound(since), _bound(until, zone_end=True)
     if low is not None and high is not None and low >= high:

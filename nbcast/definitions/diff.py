@@ -62,7 +62,6 @@ import gc
 import json
 import operator
 import threading
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
@@ -85,6 +84,12 @@ from nbdime.diffing.sequences import diff_strings_by_char
 from nbdime.diffing.snakes import compute_diff_from_snakes, compute_snakes_multilevel
 from nbformat.notebooknode import NotebookNode
 
+from nbcast.definitions.diff_align import (
+    common_prefix,
+    common_suffix,
+    equal_run,
+    unique_anchors,
+)
 from nbcast.definitions.queries import VersionInfo
 
 __all__ = [
@@ -115,7 +120,6 @@ MAX_RENDER_CHARS = 2_000_000
 # Characters compared per budget step when the comparison runs in C (slices, hashing)
 # rather than in difflib's Python loops.
 _C_CHARS_PER_STEP = 64
-_PREFIX_CHUNK = 4_096
 # Passes over a sequence that anchoring may make before gaps are left unaligned.
 _ANCHOR_PASSES = 4
 # Steps one predicate call on one pair costs in nbdime's brute-force grid.
@@ -140,72 +144,6 @@ class _Rules(dict[str, Any]):
 
     def __missing__(self, key: str) -> Any:
         return self.default
-
-
-def _longest_increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The longest subsequence of ``pairs`` (sorted by first) whose seconds increase."""
-    tails: list[int] = []
-    tail_seconds: list[int] = []
-    back = [-1] * len(pairs)
-    for n, (_, j) in enumerate(pairs):
-        k = bisect_left(tail_seconds, j)
-        if k:
-            back[n] = tails[k - 1]
-        if k == len(tails):
-            tails.append(n)
-            tail_seconds.append(j)
-        else:
-            tails[k] = n
-            tail_seconds[k] = j
-    out: list[tuple[int, int]] = []
-    n = tails[-1] if tails else -1
-    while n >= 0:
-        out.append(pairs[n])
-        n = back[n]
-    return out[::-1]
-
-
-def _unique_anchors(
-    ka: Sequence[Hashable | None], kb: Sequence[Hashable | None], rect: Rect
-) -> list[tuple[int, int]]:
-    """Pairs (i, j) whose key occurs once on each side of ``rect``, in a common order."""
-    i0, j0, i1, j1 = rect
-    count_a, count_b = Counter(ka[i0:i1]), Counter(kb[j0:j1])
-    where_b = {
-        k: j
-        for j, k in enumerate(kb[j0:j1], j0)
-        if k is not None and count_b[k] == 1 and count_a[k] == 1
-    }
-    pairs = [(i, where_b[k]) for i, k in enumerate(ka[i0:i1], i0) if k in where_b]
-    return _longest_increasing(pairs)
-
-
-def _equal_run(
-    ka: Sequence[Hashable | None], kb: Sequence[Hashable | None], i: int, j: int, n: int, step: int
-) -> int:
-    """How many of the ``n`` keys from (i, j) on, by ``step``, are equal and not None."""
-    run = 0
-    while run < n and ka[i] is not None and ka[i] == kb[j]:
-        run, i, j = run + 1, i + step, j + step
-    return run
-
-
-def _common_prefix(x: str, y: str) -> int:
-    n = min(len(x), len(y))
-    i = 0
-    while i < n:
-        j = min(i + _PREFIX_CHUNK, n)
-        if x[i:j] != y[i:j]:
-            while x[i] == y[i]:
-                i += 1
-            return i
-        i = j
-    return n
-
-
-def _common_suffix(x: str, y: str, limit: int) -> int:
-    # Reversing costs a copy in C, far less than comparing character by character.
-    return _common_prefix(x[len(x) - limit :][::-1], y[len(y) - limit :][::-1])
 
 
 class _BoundedDiff:
@@ -296,12 +234,12 @@ class _BoundedDiff:
             if level >= len(keys) or allowance < 0:
                 continue  # shown as removed and inserted
             ka, kb = keys[level]
-            p = _equal_run(ka, kb, i0, j0, min(i1 - i0, j1 - j0), 1)
-            s = _equal_run(ka, kb, i1 - 1, j1 - 1, min(i1 - i0, j1 - j0) - p, -1)
+            p = equal_run(ka, kb, i0, j0, min(i1 - i0, j1 - j0), 1)
+            s = equal_run(ka, kb, i1 - 1, j1 - 1, min(i1 - i0, j1 - j0) - p, -1)
             middle = (i0 + p, j0 + p, i1 - s, j1 - s)
-            # A 1x1 middle's one pair is the pair _equal_run has just found unequal.
+            # A 1x1 middle's one pair is the pair equal_run has just found unequal.
             single = middle[2] - middle[0] == 1 and middle[3] - middle[1] == 1
-            anchors = [] if single else _unique_anchors(ka, kb, middle)
+            anchors = [] if single else unique_anchors(ka, kb, middle)
             if not (p or s or anchors):
                 stack.append(("gap", i0, j0, i1, j1, level + 1))
                 continue
@@ -450,8 +388,8 @@ class _BoundedDiff:
             return False
         if not self.spend(total // _C_CHARS_PER_STEP):
             return False
-        p = _common_prefix(x, y)
-        s = _common_suffix(x, y, min(len(x), len(y)) - p)
+        p = common_prefix(x, y)
+        s = common_suffix(x, y, min(len(x), len(y)) - p)
         matched = p + s
         if 2 * matched > threshold * total:
             return True
@@ -459,7 +397,7 @@ class _BoundedDiff:
         mb = y[p : len(y) - s].splitlines(True)
         if not self.spend(len(ma) + len(mb)):
             return False
-        matched += sum(len(ma[i]) for i, _ in _unique_anchors(ma, mb, (0, 0, len(ma), len(mb))))
+        matched += sum(len(ma[i]) for i, _ in unique_anchors(ma, mb, (0, 0, len(ma), len(mb))))
         return 2 * matched > threshold * total
 
     def diff_output(self, a: Any, b: Any, path: str = "", config: Any = None) -> Diff:

@@ -54,11 +54,8 @@ __all__ = [
     "details_text",
     "entries",
     "entry",
-    "export_log",
     "record",
-    "trail",
     "verify",
-    "verify_log",
 ]
 
 GENESIS = "0" * 64
@@ -476,82 +473,3 @@ def entries(
             prev_hash=row.prev_hash,
             hash=row.hash,
         )
-
-
-# -- the commands: who may read and check a tenant's trail -----------------------------
-
-
-def verify_log(
-    session: Session, caller: Any, now: datetime, *, every_tenant: bool = False
-) -> tuple[int, int, Break | None]:
-    """Verify the caller's tenant's chain (its admins), or every tenant's (operators,
-    ``every_tenant``): how many tenants and entries were checked, and the first break."""
-    from nbcast.governance.models import Tenant
-    from nbcast.governance.roles import Role, require, require_operator
-
-    if every_tenant:
-        require_operator(session, caller, "verifying every tenant's audit log", now)
-        tenants = dict(session.execute(sa.select(Tenant.id, Tenant.name)).tuples().all())
-    else:
-        tenant = require(session, caller, Role.admin, "verifying the audit log", now).tenant
-        tenants = {tenant.id: tenant.name}
-    checked, broken = verify(session, tenants)
-    return len(tenants), checked, broken
-
-
-def export_log(
-    session: Session,
-    caller: Any,
-    now: datetime,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-) -> Iterator[AuditRecord]:
-    """The caller's tenant's entries within ``[since, until)`` (its admins)."""
-    from nbcast.governance.roles import Role, require
-
-    tenant = require(session, caller, Role.admin, "reading the audit log", now).tenant
-    yield from entries(session, tenant.id, tenant.name, since=since, until=until)
-
-
-def trail(
-    session: Session,
-    caller: Any,
-    now: datetime,
-    *,
-    limit: int | None = None,
-    after: str | None = None,
-) -> Any:
-    """The caller's tenant's newest entries first, a page at a time (its admins): what
-    the API and the status page show."""
-    from nbcast.access import Page, decode_cursor, encode_cursor, page_limit
-    from nbcast.governance.roles import Role, require
-
-    tenant = require(session, caller, Role.admin, "reading the audit log", now).tenant
-    size = page_limit(limit)
-    query = (
-        sa.select(AuditEntry)
-        .where(AuditEntry.tenant_id == tenant.id)
-        .order_by(AuditEntry.seq.desc())
-        .limit(size + 1)
-    )
-    if after is not None:
-        (last,) = decode_cursor(after, [int])
-        query = query.where(AuditEntry.seq < last)
-    rows = list(session.scalars(query))
-    more = len(rows) > size
-    items = [
-        AuditRecord(
-            tenant=tenant.name,
-            seq=row.seq,
-            at=row.at,
-            actor=row.actor,
-            action=row.action,
-            object=row.object,
-            details=json.loads(row.details),
-            prev_hash=row.prev_hash,
-            hash=row.hash,
-        )
-        for row in rows[:size]
-    ]
-    return Page(items, encode_cursor(items[-1].seq) if more and items else None)

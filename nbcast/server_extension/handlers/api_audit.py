@@ -13,7 +13,8 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.access import Caller
 from nbcast.errors import ConfigError
-from nbcast.governance.audit import Action, trail, verify_log
+from nbcast.governance.audit import Action
+from nbcast.governance.audit_trail import trail, verify_log
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import LIMIT, MAX_LIST
 from nbcast.server_extension.handlers.base import ApiHandler

@@ -26,7 +26,7 @@ class AuditPage(PageHandler):
     @authorized
     async def get(self) -> None:
         """One page of entries (``?after=`` pages on)."""
-        from nbcast.governance.audit import trail, verify_log
+        from nbcast.governance.audit_trail import trail, verify_log
 
         caller = self.caller
         after = self.get_query_argument("after", None)

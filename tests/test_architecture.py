@@ -1,0 +1,175 @@
+"""The shape the architecture promises, checked on the source (no import runs):
+
+- no import cycle among nbcast's modules, function-level imports included (imports
+  under ``TYPE_CHECKING`` aside), except the deliberate one between ``nbcast.db`` and
+  the planes' model modules (``import_models`` registers the tables);
+- no ``from nbcast.x import _private`` between modules;
+- no module of ``nbcast/`` over 600 lines (migrations aside);
+- the CLI holds no SQL of its own: it reads and writes through the command layer;
+- the kernel-side packages (``nbcast.warehouse``, ``nbcast.output``) import no plane.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "nbcast"
+MAX_LINES = 600
+DELIBERATE = {
+    "nbcast.db",
+    "nbcast.definitions.models",
+    "nbcast.delivery.models",
+    "nbcast.executor.models",
+    "nbcast.governance.models",
+    "nbcast.scheduler.models",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module ``name`` is, or is in (``nbcast.a.b.Thing`` → ``nbcast.a.b``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> Iterator[tuple[str, str, int]]:
+    """``(imported module, imported name, line)`` of every runtime import of ``module``."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, "", node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if full in MODULES else base), alias.name, node.lineno
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module in MODULES:
+        for target, _name, _line in _imports(module):
+            owner = _owner(target) if target.startswith("nbcast") else None
+            if owner and owner != module:
+                graph[module].add(owner)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_no_import_cycle_but_the_models_registration() -> None:
+    cycles = _cycles(_graph())
+    assert [sorted(c) for c in cycles if c != DELIBERATE] == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    reach_ins = [
+        f"{module}:{line} imports {name} from {target}"
+        for module in MODULES
+        for target, name, line in _imports(module)
+        if target.startswith("nbcast") and name.startswith("_") and not name.startswith("__")
+    ]
+    assert reach_ins == []
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.parts and (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("nbcast.cli")))
+def test_the_cli_holds_no_sql(module: str) -> None:
+    source = MODULES[module].read_text()
+    for word in ("sa.select(", "sa.update(", "sa.insert(", "sa.delete(", "sa.text(", ".execute("):
+        assert word not in source, f"{module} uses {word}"
+
+
+@pytest.mark.parametrize("package", ["nbcast.warehouse", "nbcast.output"])
+def test_the_kernel_side_packages_import_no_plane(package: str) -> None:
+    planes = ("definitions", "scheduler", "executor", "delivery", "governance", "server_extension")
+    for module in (m for m in MODULES if m == package or m.startswith(package + ".")):
+        for target, _name, line in _imports(module):
+            owner = _owner(target) or ""
+            assert not any(owner.startswith(f"nbcast.{p}") for p in planes), (
+                f"{module}:{line} imports {target}"
+            )
