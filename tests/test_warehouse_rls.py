@@ -441,6 +441,36 @@ def test_concurrent_workers_make_one_role(wh: Warehouse) -> None:
     assert _scalar(results[0], "SELECT count(*) FROM sales.orders") == 0
 
 
+def test_the_cli_protects_a_table_with_the_admin_url_from_the_environment(
+    wh: Warehouse, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nbcast.cli import main
+
+    _execute(
+        wh.admin_url,
+        "CREATE TABLE sales.targets (region text, target integer)",
+        "INSERT INTO sales.targets VALUES ('EMEA', 1), ('APAC', 2)",
+    )
+    argv = ["warehouse", "protect", "sales.targets", "region", "--reader-role", wh.reader]
+    monkeypatch.delenv("NBCAST_WAREHOUSE_ADMIN_URL", raising=False)
+    assert main(argv) == 2
+    assert "set $NBCAST_WAREHOUSE_ADMIN_URL" in capsys.readouterr().err
+    monkeypatch.setenv("NBCAST_WAREHOUSE_ADMIN_URL", wh.admin_url)
+    assert main([*argv, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == {
+        "table": "sales.targets",
+        "column": "region",
+        "attribute": "region",
+        "policy": "nbcast_rf_region",
+        "unscoped_policy_added": True,
+    }
+    assert main(["warehouse", "protect", "sales.targets", "nope", "--reader-role", wh.reader]) == 2
+    assert "has no column 'nope'" in capsys.readouterr().err
+    apac = rls.scoped_url(wh.admin_url, wh.reports_url, {"region": "APAC"}, reader_role=wh.reader)
+    assert _scalar(apac, "SELECT string_agg(target::text, ',') FROM sales.targets") == "2"
+
+
 def test_a_superuser_admin_can_drop_the_roles(wh: Warehouse) -> None:
     """Retiring every role of a warehouse: later runs make theirs again."""
     dedicated = f"rdr2_{uuid.uuid4().hex[:6]}"

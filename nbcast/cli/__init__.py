@@ -3,7 +3,8 @@
 One module per area (:mod:`~nbcast.cli.definitions`, :mod:`~nbcast.cli.schedule`,
 :mod:`~nbcast.cli.scheduler`, :mod:`~nbcast.cli.runs`, :mod:`~nbcast.cli.tenants`,
 :mod:`~nbcast.cli.worker`, :mod:`~nbcast.cli.delivery`, :mod:`~nbcast.cli.db`,
-:mod:`~nbcast.cli.server`, :mod:`~nbcast.cli.users`, :mod:`~nbcast.cli.audit`), each
+:mod:`~nbcast.cli.server`, :mod:`~nbcast.cli.users`, :mod:`~nbcast.cli.audit`,
+:mod:`~nbcast.cli.warehouse`), each
 listing its ``COMMANDS``; :mod:`~nbcast.cli.app` holds the typed application context
 and :mod:`~nbcast.cli.output` the shared output helpers. No command holds SQL of its
 own: each calls the planes' query and command functions.
@@ -46,6 +47,7 @@ from nbcast.cli import (
     sla,
     tenants,
     users,
+    warehouse,
     worker,
 )
 from nbcast.cli.app import AppContext
@@ -89,6 +91,7 @@ for _area in (
     sla,
     delivery,
     server,
+    warehouse,
 ):
     for _command in _area.COMMANDS:
         cli.add_command(_command)
