@@ -25,8 +25,10 @@ durations (any)                 3,660 days                 ``parse_duration``
 ``jitter``                      1 day                      metadata block
 ``max_catchup``                 10,000                     metadata block
 ``start`` / ``end``, instants   1800-01-02 .. 8999-12-31   metadata block, command arguments
-slots per definition per pass   100,000                    scheduler (the rest: next pass)
-slots per backfill / preview    100,000                    ``backfill``, ``schedule preview``
+rows (slots x audiences) per     100,000                    scheduler (the rest: next pass)
+definition per pass
+rows per backfill, slots per    100,000                    ``backfill``, ``schedule preview``
+preview
 repeated failures of one        backoff 30 s doubling to   scheduler (poison definitions)
 definition                      at most 1 h
 ==============================  =========================  ==================================
