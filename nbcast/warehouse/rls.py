@@ -26,7 +26,8 @@ change (``SET ROLE`` changes ``current_user`` only):
         WITH CHECK (…the same…);
 
   so a scoped session sees only the rows whose ``region`` is its filter's, and none at
-  all of a table protected on an attribute its filter does not name (fail closed). For
+  all of a table protected on an attribute its filter does not name (fail closed); a
+  value the column's type cannot take (``"EMEA"`` for an integer) fails the query. For
   a table that had no row-level security before, it adds the permissive policy
   ``nbcast_unscoped`` (``USING (true)``), so every other session — the tenant's own
   unscoped connection, the loading jobs, the owner (``FORCE`` applies to it too) —
@@ -50,8 +51,9 @@ Tenant configuration (a connection of the tenant's ``warehouse`` setting)::
 database and driver with the scoped role's name and password). ``admin_url`` is a role
 that owns the protected tables (or a superuser) and has ``CREATEROLE``; it is read by
 the worker only and never reaches a kernel. ``row_filter`` is optional
-(``reader_role`` defaults to :data:`DEFAULT_READER_ROLE`). The role behind ``url`` must
-not be a member of the reader role.
+(``reader_role`` defaults to :data:`DEFAULT_READER_ROLE`). A session counts as scoped
+when its user has a row in ``row_filters`` or is named ``nbcast_rf_…`` (a filter role
+of another database on the same server sees nothing protected here).
 
 Set-up, once per warehouse database and protected column::
 
