@@ -166,12 +166,21 @@ class AttemptOutcome:
 
 
 def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
-    """The run context ``nbcast.warehouse`` reads inside the kernel."""
+    """The run context ``nbcast.warehouse`` reads inside the kernel: the tenant's
+    connections as the run may use them (scoped to its row filter), its limits (the
+    day's budget left included) and its row filter."""
     configured = job.warehouse or {}
     connections = configured.get("connections")
     if not connections:
         lake = job.lake or os.environ.get("NBCAST_LAKE") or "lake"
         connections = {"default": {"kind": "parquet", "path": str(Path(lake).resolve())}}
+    else:
+        # Never an admin URL in a kernel; a scoped run's PostgreSQL connections log in as
+        # the row filter's own role (row-level security), others it cannot scope are
+        # withheld (nbcast.warehouse.rls).
+        from nbcast.warehouse.rls import scoped_connections
+
+        connections = scoped_connections(connections, job.row_filter)
     limits = {**DEFAULT_LIMITS, **configured.get("limits", {})}
     if job.budget_bytes_left is not None:  # a query may not cross the day's budget
         limits["budget_bytes_left"] = max(0, int(job.budget_bytes_left))
