@@ -61,7 +61,7 @@ def nbcast_runs(notebook: Path, folder: Path, runs: int, pool_size: int) -> dict
     db = Database.open(f"sqlite:///{folder / 'nbcast.db'}")
     publish(db, notebook, caller=Caller(tenant="default", user="bench"))
     for i in range(runs):
-        run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
+        run_now(db, SystemClock(), Caller(tenant="default", user="bench"), "trivial", {"n": i})
     with LocalEngine(capacity=1, pool_size=pool_size) as engine:
         engine._pool.wait_ready(60)  # start-up, as in a long-running worker
         worker = Worker(

@@ -42,7 +42,7 @@ def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
             )
         publish(db, trivial_notebook(folder), caller=Caller(tenant="default", user="bench"))
         for i in range(runs):
-            run_now(db, SystemClock(), Caller(tenant="default", user="t"), "trivial", {"n": i})
+            run_now(db, SystemClock(), Caller(tenant="default", user="bench"), "trivial", {"n": i})
         options: dict[str, Any] = {"capacity": concurrency}
         if engine_name == "ray":
             options.update(
