@@ -19,6 +19,7 @@ from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
 from nbcast.testing.smtp import smtp_server
 from tests.delivery.plane import executed_notebook
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 
@@ -29,7 +30,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def _succeeded_run(home: Path, tmp_path: Path, subscriptions: list[dict[str, str]]) -> int:
+    """A run of sales that t published and ran; tester (NBCAST_USER), another author,
+    works its deliveries on the CLI."""
     db = Database.open(f"sqlite:///{home / 'nbcast.db'}")
+    for author in ("t", "tester"):
+        grant(db, "default", author)
     path = make_notebook(
         tmp_path / "sales.ipynb",
         nbcast={"name": "sales", "outputs": ["html", "csv"], "subscriptions": subscriptions},

@@ -35,6 +35,7 @@ from nbcast.errors import (
     UnknownDefinitionError,
 )
 from tests.delivery.plane import SIGNER, Plane
+from tests.members import grant
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 ACME = Caller(tenant="acme", user="a")
@@ -43,6 +44,11 @@ GLOBEX = Caller(tenant="globex", user="g")
 
 @pytest.fixture
 def plane(db: Database, tmp_path: Path) -> Plane:
+    """The plane, whose publisher t is an author in both tenants, as are a (acme) and
+    g (globex): each may act on their own tenant's deliveries, none on the other's."""
+    for caller in (ACME, GLOBEX):
+        grant(db, caller.tenant, "t")
+        grant(db, caller.tenant, caller.user)
     return Plane(db, FixedClock(T0), tmp_path)
 
 

@@ -18,12 +18,19 @@ from nbcast.errors import ConflictError, NotFoundError
 from nbcast.executor.control import cancel_run
 from nbcast.executor.models import CancelRequest, Run
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 ANA = Caller(tenant="default", user="ana")
+
+
+@pytest.fixture(autouse=True)
+def authors(db: Database) -> None:
+    """t publishes and runs, ana and bo cancel, tester (NBCAST_USER) on the CLI."""
+    for author in ("t", "ana", "bo", "tester"):
+        grant(db, "default", author)
 
 
 def queued(db: Database, tmp_path: Path, tenant: str = "default", count: int = 1) -> list[int]:
@@ -90,8 +97,7 @@ def test_a_running_run_is_told_at_its_heartbeat(db: Database, tmp_path: Path) ->
 
 
 def test_finished_and_foreign_runs_are_refused(db: Database, tmp_path: Path) -> None:
-    with db.session() as session:
-        ensure_tenant(session, "other")
+    grant(db, "other", "t")
     [mine] = queued(db, tmp_path)
     [theirs] = queued(db, tmp_path, tenant="other")
     clock = FixedClock(T0 + timedelta(seconds=1))

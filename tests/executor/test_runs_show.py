@@ -24,8 +24,9 @@ from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import Run
 from nbcast.executor.queries import get_run, list_runs
 from nbcast.executor.worker import Worker
-from nbcast.governance.tenants import ensure_tenant, set_quota
+from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
@@ -38,6 +39,15 @@ CELLS = [
     | {"execution_count": None}
     for i, src in enumerate(("x = 1", "y = 0", "z = x\nz / y\nprint('never')"), 1)
 ]
+
+
+@pytest.fixture(autouse=True)
+def people(db: Database) -> None:
+    """t publishes and runs reports in tenant default; ana reads them through the
+    queries, tester (NBCAST_USER) through the CLI."""
+    grant(db, "default", "t")
+    for reader in ("ana", "tester"):
+        grant(db, "default", reader, "viewer")
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -114,8 +124,8 @@ def test_without_the_notebook_the_line_comes_from_the_traceback(
 def test_another_tenants_run_is_not_found(
     db: Database, use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with db.session() as session:
-        ensure_tenant(session, "other")
+    grant(db, "other", "t")
+    grant(db, "other", "bo", "viewer")
     path = make_notebook(tmp_path / "theirs.ipynb", nbcast={"name": "theirs"})
     publish(db, path, caller=Caller(tenant="other", user="t"))
     theirs = run_now(db, SystemClock(), Caller(tenant="other", user="t"), "theirs", {})

@@ -21,6 +21,7 @@ from nbcast.executor.models import Run, RunAttempt
 from nbcast.executor.worker import Worker
 from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 
@@ -112,6 +113,8 @@ def test_a_run_over_its_timeout_is_timed_out(db: Database, tmp_path: Path) -> No
 
 
 def test_cancelling_a_running_run(db: Database, tmp_path: Path) -> None:
+    grant(db, "default", "t")
+    grant(db, "default", "ana")  # another author cancels t's run
     define(db, tmp_path, "slow", "import time\ntime.sleep(60)")
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "slow", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:

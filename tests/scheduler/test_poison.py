@@ -26,6 +26,7 @@ from nbcast.definitions.versions import publish
 from nbcast.executor.models import Run
 from nbcast.scheduler.materializer import Materializer, failure_backoff
 from nbcast.scheduler.models import ScheduleState
+from tests.members import grant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 3, 7, 0, 0, tzinfo=UTC)
@@ -118,6 +119,8 @@ def test_backoff_doubles_and_is_capped() -> None:
 def test_the_failure_is_visible_and_a_fixed_version_resumes_from_the_watermark(
     use_db: str, db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    grant(db, "default", "t")  # define's author
+    grant(db, "default", "tester", "viewer")  # NBCAST_USER, reading on the CLI
     define(db, tmp_path, "healthy", HOURLY)
     define(db, tmp_path, "poison", {"cron": "30 * * * *", "overlap": "allow"})
     clock = FixedClock(T0)

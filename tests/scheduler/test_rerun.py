@@ -17,9 +17,9 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import ConflictError, NotFoundError
 from nbcast.executor.models import Run
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import rerun_run
 from nbcast.scheduler.materializer import Materializer
+from tests.members import grant, grant_url
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 11, 2, 5, 0, tzinfo=UTC)
@@ -29,6 +29,13 @@ SPEC = {
     "schedule": {"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"},
     "parameters": {"day": {"$period": "slot", "steps": [{"business_days": -1}]}},
 }
+
+
+@pytest.fixture(autouse=True)
+def authors(db_url: str) -> None:
+    """t publishes, ann reruns, and so does tester (NBCAST_USER) on the CLI."""
+    for author in ("t", "ann", "tester"):
+        grant_url(db_url, "default", author)
 
 
 def _scheduled_run(db: Database, tmp_path: Path, *, state: str = "FAILED") -> Run:
@@ -79,8 +86,7 @@ def test_an_active_run_is_not_rerun(db: Database, tmp_path: Path, state: str) ->
 
 def test_another_tenants_run_is_not_found(db: Database, tmp_path: Path) -> None:
     original = _scheduled_run(db, tmp_path, state="MISSED")
-    with db.session() as session:
-        ensure_tenant(session, "globex")
+    grant(db, "globex", "g")
     for run_id in (original.id, original.id + 1, 0, -1, 2**70):
         with pytest.raises(NotFoundError):
             rerun_run(db, FixedClock(T0), Caller(tenant="globex", user="g"), run_id)
