@@ -20,9 +20,9 @@ from nbcast.config import load_settings
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.delivery.queries import DeliveryRecord, deliveries_of_run
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
 from nbcast.testing.smtp import smtp_server
+from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.live import BIN, LiveServer
 
@@ -59,8 +59,8 @@ def database(server: LiveServer) -> Database:
 def deliver(
     server: LiveServer, folder: Path, name: str = "sales", formats: list[str] = FORMATS
 ) -> Delivered:
-    """Publish ``name`` for alice (tenant acme), run it and deliver it: a link per
-    format of ``formats`` and an email with the CSV."""
+    """Publish ``name`` for alice (an author in tenant acme), run it and deliver it: a
+    link per format of ``formats`` and an email with the CSV."""
     notebook = make_notebook(
         folder / f"{name}.ipynb",
         body=BODY,
@@ -75,9 +75,8 @@ def deliver(
     )
     db = database(server)
     try:
-        with db.session() as session:
-            ensure_tenant(session, "acme")
-        publish(db, notebook, caller=Caller(tenant="acme", user="alice"), environ=server.env)
+        grant(db, ALICE.tenant, ALICE.user)
+        publish(db, notebook, caller=ALICE, environ=server.env)
     finally:
         db.dispose()
     run_id, rows, mails = run_again(server, name)

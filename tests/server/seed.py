@@ -6,7 +6,9 @@ Everything goes through nbcast's own command layer and services against the serv
 --exit-when-idle`` rendering and delivering. Alice (tenant acme) gets a report that
 succeeds (HTML and CSV, a signed link that is sent and a Slack message that fails: no
 Slack is configured) and one whose second cell raises; bob (tenant globex) gets a
-report of his own, so his tenant exists and has objects too.
+report of his own, so his tenant exists and has objects too. Both are authors in
+their tenants (granted in the database before anything acts, so neither becomes the
+home's operator nor claims a tenant).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from nbcast.clock import SystemClock
 from nbcast.config import load_settings
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.governance.tenants import ensure_tenant, set_quota
+from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.live import BIN, LiveServer
 
@@ -71,13 +74,14 @@ def seed(server: LiveServer, folder: Path) -> Seeded:
             folder / "broken.ipynb", body=FAILING_BODY, nbcast={"name": "broken"}
         )
         theirs = make_notebook(folder / "theirs.ipynb", nbcast={"name": "globex-report"})
+        for caller in (ALICE, BOB):
+            grant(db, caller.tenant, caller.user, "author")
         with db.session() as session:
             for tenant in ("acme", "globex"):
-                ensure_tenant(session, tenant)
                 set_quota(session, tenant, max_attempts=1)
-        publish(db, sales, caller=Caller(tenant="acme", user="alice"), environ=server.env)
-        publish(db, broken, caller=Caller(tenant="acme", user="alice"), environ=server.env)
-        publish(db, theirs, caller=Caller(tenant="globex", user="bob"), environ=server.env)
+        publish(db, sales, caller=ALICE, environ=server.env)
+        publish(db, broken, caller=ALICE, environ=server.env)
+        publish(db, theirs, caller=BOB, environ=server.env)
         clock = SystemClock()
         succeeded = run_now(db, clock, ALICE, "sales", {"region": "APAC"})
         failed = run_now(db, clock, ALICE, "broken", {})

@@ -52,8 +52,8 @@ def bob(server: LiveServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def cli_json(server: LiveServer, *argv: str) -> Any:
-    env = {**server.env, "NBCAST_TENANT": "acme", "NBCAST_USER": "alice"}
+def cli_json(server: LiveServer, *argv: str, user: str = "alice") -> Any:
+    env = {**server.env, "NBCAST_TENANT": "acme", "NBCAST_USER": user}
     done = subprocess.run(
         [str(BIN / "nbcast"), *argv, "--json"], env=env, capture_output=True, text=True, check=True
     )
@@ -314,19 +314,26 @@ def test_deliveries_list_filters_pages_and_retry(
 # -- tenants ----------------------------------------------------------------------
 
 
-def test_tenants_are_for_the_operator(server: LiveServer, seeded: Seeded) -> None:
+def test_tenants_are_for_operators(server: LiveServer, seeded: Seeded) -> None:
+    """root (``admin_users``) operates; alice, an author in acme, sees her own tenant
+    and nothing else of the tenants routes."""
     with server.client("alice") as alice, server.client("root") as root:
-        for method, path, body in [
-            ("GET", f"{API}/tenants", None),
-            ("GET", f"{API}/tenants/acme", None),
-            ("PATCH", f"{API}/tenants/acme/quota", {"max_concurrent_runs": 9}),
+        for method, path, body, status in [
+            ("GET", f"{API}/tenants", None, 403),
+            ("PATCH", f"{API}/tenants/acme/quota", {"max_concurrent_runs": 9}, 403),
+            ("GET", f"{API}/tenants/globex", None, 404),
+            ("PATCH", f"{API}/tenants/globex/quota", {"max_concurrent_runs": 9}, 404),
         ]:
             answer = alice.request(method, path, json=body)
-            assert (answer.status_code, error_of(answer)["code"]) == (403, "forbidden")
+            code = {403: "forbidden", 404: "not_found"}[status]
+            assert (answer.status_code, error_of(answer)["code"]) == (status, code), answer.text
+        own = alice.get(f"{API}/tenants/acme")  # a member reads her own tenant
+        assert own.status_code == 200, own.text
+        assert own.json()["max_concurrent_runs"] != 9  # the refused change wrote nothing
         listed = root.get(f"{API}/tenants")
         assert listed.status_code == 200
         assert {"acme", "globex"} <= {t["name"] for t in listed.json()["items"]}
-        cli = cli_json(server, "tenants", "--operator", "list")
+        cli = cli_json(server, "tenants", "list", user="root")
         assert [
             {k: t[k] for k in c} for t, c in zip(listed.json()["items"], cli, strict=True)
         ] == cli

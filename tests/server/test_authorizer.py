@@ -7,8 +7,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from nbcast.access import Caller
 from nbcast.server_extension.authorizer import NbcastAuthorizer
-from nbcast.server_extension.identity import ANONYMOUS_USER
+from nbcast.server_extension.identity import caller_for
 from tests.server.live import LiveServer
 
 SERVER_ROUTES = [
@@ -54,7 +55,28 @@ def test_operators_may_be_named() -> None:
     assert authorizer.is_authorized(None, User("bob"), "read", "nbcast")
     assert not authorizer.is_authorized(None, User("bob"), "execute", "kernels")
     assert authorizer.is_authorized(None, User("ops"), "execute", "kernels")
-    assert ANONYMOUS_USER == "token-user"
+
+
+def test_the_servers_own_token_acts_as_its_owner(server: LiveServer) -> None:
+    """jupyter-server's identity for its shared token (a random "Anonymous …" per
+    browser) is the server's owner, who operates a fresh home: every tenant is theirs
+    to list, and not a tenant's user's."""
+    from jupyter_server.auth.identity import User
+
+    anonymous = User(username="0123456789abcdef" * 2, name="Anonymous Io")
+    tenants = {"alice": "acme"}
+    assert caller_for(anonymous, tenants, "default", "owner") == Caller(
+        tenant="default", user="owner"
+    )
+    assert caller_for(User("alice"), tenants, "default", "owner") == Caller(
+        tenant="acme", user="alice"
+    )
+    with server.client(None) as owner:
+        listed = owner.get("/nbcast/api/v1/tenants")
+    assert listed.status_code == 200, listed.text
+    assert "default" in {t["name"] for t in listed.json()["items"]}
+    with server.client("bob") as bob:
+        assert bob.get("/nbcast/api/v1/tenants").status_code == 403
 
 
 def test_a_huge_body_is_refused_before_it_is_buffered(server: LiveServer) -> None:

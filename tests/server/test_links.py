@@ -31,9 +31,9 @@ from nbcast.delivery.links import create_link
 from nbcast.delivery.models import SignedLink
 from nbcast.delivery.signing import Signer, load_signer
 from nbcast.errors import UnknownRunError
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.server_extension.handlers.links import CHUNK_BYTES
 from nbcast.server_extension.ratelimit import RateLimiter
+from tests.members import grant
 from tests.server.deliveries import ALICE, RECIPIENT, Delivered, database, deliver
 from tests.server.live import BIN, LiveServer
 
@@ -197,8 +197,7 @@ def test_the_run_page_and_the_api_show_each_opening(live: LiveServer, delivered:
 def test_another_tenant_sees_no_openings(live: LiveServer, delivered: Delivered) -> None:
     db = database(live)
     try:
-        with db.session() as session:
-            ensure_tenant(session, "globex")
+        grant(db, "globex", "bob")
         with db.session() as session, pytest.raises(UnknownRunError):
             opens_of_run(session, Caller(tenant="globex", user="bob"), delivered.run_id)
     finally:

@@ -20,7 +20,6 @@ from nbcast.clock import SystemClock
 from nbcast.definitions.versions import publish
 from nbcast.executor.queue import RunQueue
 from nbcast.governance.metrics_queries import QUEUE_STATES, TenantQueue
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
 from nbcast.server_extension.metrics import (
     MAX_LABEL_VALUES,
@@ -29,6 +28,7 @@ from nbcast.server_extension.metrics import (
     _bounded,
     tenant_queue_family,
 )
+from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.deliveries import database
 from tests.server.live import LiveServer
@@ -60,12 +60,12 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture(scope="module")
 def queued(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> int:
-    """One run of tenant acme, queued (no worker runs in this server)."""
+    """One run of tenant acme, queued (no worker runs in this server), by alice, an
+    author there."""
     folder: Path = tmp_path_factory.mktemp("metrics")
     db = database(server)
     try:
-        with db.session() as session:
-            ensure_tenant(session, "acme")
+        grant(db, "acme", "alice")
         notebook = make_notebook(folder / "kpi.ipynb", nbcast={"name": "kpi"})
         publish(db, notebook, caller=Caller(tenant="acme", user="alice"), environ=server.env)
         return run_now(db, SystemClock(), Caller(tenant="acme", user="alice"), "kpi", {})
@@ -107,7 +107,7 @@ def test_the_families_parse_and_count_the_database(server: LiveServer, queued: i
 def in_the_queue(server: LiveServer, queued: int, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tenant acme with one run QUEUED, one LEASED and one RUNNING (claimed and
     started by the execution plane's queue, as a worker would, with a lease nobody
-    reaps here); tenant globex with one QUEUED."""
+    reaps here); tenant globex with one QUEUED, by bob, an author there."""
     folder: Path = tmp_path_factory.mktemp("queue")
     clock = SystemClock()
     alice = Caller(tenant="acme", user="alice")
@@ -119,8 +119,7 @@ def in_the_queue(server: LiveServer, queued: int, tmp_path_factory: pytest.TempP
         leases = queue.claim(limit=2)
         assert len(leases) == 2
         queue.start(leases[0])
-        with db.session() as session:
-            ensure_tenant(session, "globex")
+        grant(db, "globex", "bob")
         notebook = make_notebook(folder / "theirs.ipynb", nbcast={"name": "theirs"})
         publish(db, notebook, caller=Caller(tenant="globex", user="bob"), environ=server.env)
         run_now(db, clock, Caller(tenant="globex", user="bob"), "theirs", {})

@@ -18,6 +18,7 @@ import pytest
 from nbcast.access import Caller
 from nbcast.config import load_settings
 from nbcast.db import Database
+from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.live import LiveServer, user_token
 
@@ -65,10 +66,11 @@ def seed(server: LiveServer) -> Seeded:
     notebook raises hostile text, run once with a hostile parameter value and failed,
     and one that succeeds; in globex a definition with a queued run. Through the
     command layer in this process (what the CLI calls), with the server's environment;
-    the worker is the real ``nbcast worker``."""
+    the worker is the real ``nbcast worker``. Alice and bob are authors in their
+    tenants, and "test" (:func:`is_paused`) a viewer in both."""
     from nbcast.clock import clock_from_env
     from nbcast.definitions.versions import publish
-    from nbcast.governance.tenants import ensure_tenant, set_quota
+    from nbcast.governance.tenants import set_quota
     from nbcast.scheduler.control import run_now
     from nbcast.scheduler.materializer import Materializer
     from nbcast.scheduler.service import scheduler_lock
@@ -100,10 +102,11 @@ def seed(server: LiveServer) -> Seeded:
     db = open_database(server)
     clock = clock_from_env(env)
     try:
+        for tenant, author in (("acme", "alice"), ("globex", "bob")):
+            grant(db, tenant, author)
+            grant(db, tenant, "test", "viewer")
         with db.session() as session:
-            ensure_tenant(session, "acme")
             set_quota(session, "acme", max_attempts=1)
-            ensure_tenant(session, "globex")
         for path, tenant, author in ((failing, "acme", "alice"), (good, "acme", "alice")):
             publish(
                 db, path, caller=Caller(tenant=tenant, user=author), now=clock.now(), environ=env
@@ -332,7 +335,9 @@ def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
     clock = {"NBCAST_CLOCK": "fixed:2027-11-07T04:45:00Z"}
     ray = "--NbcastApp.ray_dashboard_url=http://127.0.0.1:8265/"
     with LiveServer(tmp_path, users={"alice": "acme"}, env=clock, extra=(ray,)) as live:
-        nbcast(live, "tenants", "--operator", "create", "acme")
+        # The server's owner (NBCAST_USER) operates the fresh home; alice is acme's admin.
+        owner = live.env["NBCAST_USER"]
+        nbcast(live, "tenants", "create", "acme", "--admin", "alice", user=owner)
         schedules = {
             "nightly": {"cron": "30 1 * * *", "timezone": "America/New_York"},
             "hourly": {"cron": "30 * * * *", "timezone": "America/New_York"},
