@@ -505,19 +505,25 @@ def test_tenant_commands_are_for_operators_and_quotas_for_admins(
     use_db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The home's first user (tester) is its operator; bob, an admin of tenant b, may
-    change b's quotas and nothing that is an operator's; carol, an author there, not
-    even b's quotas."""
+    change b's quotas and nothing that is an operator's — nor claim tenant c, which has
+    no members yet, by naming it from b; carol, an author in b, not even b's quotas."""
     assert run(capsys, "tenants", "create", "a", "--admin", "ana")[0] == 0
     assert run(capsys, "tenants", "create", "b", "--admin", "bob")[0] == 0
+    assert run(capsys, "tenants", "create", "c")[0] == 0  # no members: claimed where one acts
     code, out, _ = run(capsys, "tenants", "list", "--json")
-    assert (code, [t["name"] for t in json.loads(out)]) == (0, ["a", "b", "default"])
+    assert (code, [t["name"] for t in json.loads(out)]) == (0, ["a", "b", "c", "default"])
     grant_url(use_db, "b", "carol", "author")
     before = counts(use_db)
     for user, argv, message in (
         (
             "bob",
             ["--tenant", "b", "tenants", "set-quota", "a", "--cpus", "2"],
-            "no role in tenant a",
+            "no role in tenant 'a'",
+        ),
+        (
+            "bob",
+            ["--tenant", "b", "tenants", "set-quota", "c", "--cpus", "2"],
+            "no role in tenant 'c'",
         ),
         ("bob", ["--tenant", "b", "tenants", "list"], "is for operators"),
         ("bob", ["--tenant", "b", "tenants", "create", "c"], "is for operators"),

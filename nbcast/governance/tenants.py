@@ -28,7 +28,7 @@ from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import Clock, format_instant
 from nbcast.config import TENANT_NAME
 from nbcast.db import Database
-from nbcast.errors import ConfigError, ConflictError, NotFoundError
+from nbcast.errors import AccessDeniedError, ConfigError, ConflictError, NotFoundError
 from nbcast.governance import audit
 from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
@@ -210,6 +210,17 @@ def create_tenant(
         return TenantRecord.of(tenant)
 
 
+def _is_member(session: Session, tenant: str, user: str) -> bool:
+    return (
+        session.scalar(
+            sa.select(User.id)
+            .join(Tenant, Tenant.id == User.tenant_id)
+            .where(Tenant.name == tenant, User.name == user)
+        )
+        is not None
+    )
+
+
 def change_quota(
     db: Database, clock: Clock, caller: Caller, name: str, **values: Any
 ) -> TenantRecord:
@@ -222,6 +233,13 @@ def change_quota(
     now = clock.now()
     with db.session() as session:
         if not is_operator(session, caller.user):
+            # A tenant without members is claimed where its first person acts (their
+            # own tenant), never by naming it here from another tenant.
+            if name != caller.tenant and not _is_member(session, name, caller.user):
+                raise AccessDeniedError(
+                    f"{clip(caller.user)} has no role in tenant {clip(name)}; "
+                    "changing quotas needs the admin role"
+                )
             require(
                 session, Caller(tenant=name, user=caller.user), Role.admin, "changing quotas", now
             )
