@@ -189,33 +189,6 @@ def _found(store: Path, sha: str) -> dict[str, Any]:
     raise AssertionError("the report printed no FOUND line")
 
 
-def _claim_path_scopes_connections() -> bool:
-    """Whether the worker writes kernels' warehouse contexts through
-    :func:`nbcast.warehouse.rls.scoped_connections` (no ``admin_url`` left in them)."""
-    from nbcast.executor.attempt import AttemptJob, warehouse_context
-
-    pg = {"kind": "sqlalchemy", "url": "postgresql://r@h/d", "admin_url": "postgresql://a@h/d"}
-    job = AttemptJob(
-        run_id=1,
-        attempt=1,
-        tenant="t",
-        definition="d",
-        label="l",
-        notebook_json="{}",
-        parameters={},
-        timeout_s=1.0,
-        work_dir="/nonexistent",
-        artifacts="/nonexistent",
-        warehouse={"connections": {"pg": pg}},
-    )
-    return "admin_url" not in json.dumps(warehouse_context(job, Path("/nonexistent")))
-
-
-@pytest.mark.xfail(
-    not _claim_path_scopes_connections(),
-    reason="the claim path does not call nbcast.warehouse.rls.scoped_connections yet",
-    strict=True,
-)
 def test_a_scoped_kernel_on_postgresql_sees_only_its_rows(
     use_db: str,
     tmp_path: Path,
