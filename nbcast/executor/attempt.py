@@ -83,6 +83,7 @@ from typing import Any
 
 from nbcast.artifacts import open_store
 from nbcast.errors import (
+    ConfigError,
     NotebookExecutionError,
     OutputTooLargeError,
     RunCancelledError,
@@ -265,7 +266,15 @@ def execute_attempt(
     _write_private(source, job.notebook_json)
     _write_private(output, "")  # papermill rewrites it in place: it stays 0600
     context_path = run_dir / "run-context.json"
-    context = warehouse_context(job, run_dir)
+    try:
+        context = warehouse_context(job, run_dir)
+    except ConfigError as exc:  # the warehouse could not scope the run: try again later
+        _remove(run_dir)
+        return AttemptOutcome(
+            state=RunState.FAILED,
+            duration_s=time.monotonic() - started,
+            error=storable_error(_error(type(exc).__name__, str(exc), ())),
+        )
     _write_private(Path(context["usage_path"]), "")
     _write_private(context_path, json.dumps(context))
     env_before = os.environ.get("NBCAST_RUN_CONTEXT")

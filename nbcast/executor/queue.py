@@ -20,11 +20,11 @@ different tenants proceed in parallel), recounts its active runs *under that loc
 and takes at most ``max_concurrent_runs - active`` runs with ``FOR UPDATE SKIP
 LOCKED``. So no number of concurrent workers can push a tenant past its concurrency
 quota. A run is skipped while a cancel has been requested for it, and a *serial* run
-(every overlap policy but ``allow``) while another run of its definition is leased
-or running. A tenant whose daily budget is spent gets nothing leased: its due runs
-wait with reason ``budget`` until the next UTC day (:mod:`nbcast.governance.budgets`);
-a lease carries the warehouse bytes its tenant's budget has left, which the run's
-queries may not cross.
+(every overlap policy but ``allow``) while another run of its definition and audience
+(recipient scope) is leased or running. A tenant whose daily budget is spent gets
+nothing leased: its due runs wait with reason ``budget`` until the next UTC day
+(:mod:`nbcast.governance.budgets`); a lease carries the warehouse bytes its tenant's
+budget has left, which the run's queries may not cross.
 
 On PostgreSQL the whole claim is one round trip: the server-side function
 ``nbcast_claim_runs`` (migrations 0004, 0013) runs the same steps statement by statement —
@@ -342,13 +342,16 @@ class RunQueue:
 
     def _candidates(
         self, session: Session, rooms: dict[int, int], now: datetime
-    ) -> list[tuple[int, int, int, bool]]:
+    ) -> list[tuple[int, int, int, str, bool]]:
         """Due QUEUED runs to lease, per tenant up to a few more than its room (serial
-        runs of a busy definition are dropped afterwards), locked SKIP LOCKED."""
+        runs of a busy definition and audience are dropped afterwards), locked SKIP
+        LOCKED."""
         busy = sa.orm.aliased(Run)
         cancel_asked = sa.exists().where(CancelRequest.run_id == Run.id)
         definition_busy = sa.exists().where(
-            busy.definition_id == Run.definition_id, busy.state.in_(LEASED_STATES)
+            busy.definition_id == Run.definition_id,
+            busy.audience == Run.audience,
+            busy.state.in_(LEASED_STATES),
         )
         eligible = sa.and_(
             Run.state == RunState.QUEUED,
@@ -356,12 +359,12 @@ class RunQueue:
             ~cancel_asked,
             sa.or_(~Run.serial, ~definition_busy),
         )
-        columns = (Run.id, Run.tenant_id, Run.definition_id, Run.serial)
+        columns = (Run.id, Run.tenant_id, Run.definition_id, Run.audience, Run.serial)
         if self.db.dialect != "postgresql":  # one writer at a time: a loop is fine
-            found: list[tuple[int, int, int, bool]] = []
+            found: list[tuple[int, int, int, str, bool]] = []
             for tenant_id, room in rooms.items():
                 found.extend(
-                    (r[0], r[1], r[2], r[3])
+                    (r[0], r[1], r[2], r[3], r[4])
                     for r in session.execute(
                         sa.select(*columns)
                         .where(Run.tenant_id == tenant_id, eligible)
@@ -383,7 +386,7 @@ class RunQueue:
             .lateral("picked")
         )
         return [
-            (r[0], r[1], r[2], r[3])
+            (r[0], r[1], r[2], r[3], r[4])
             for r in session.execute(
                 sa.select(per_tenant).select_from(wanted).join(per_tenant, sa.true())
             )
@@ -399,14 +402,16 @@ class RunQueue:
     ) -> list[Lease]:
         chosen: list[int] = []
         taken: dict[int, int] = {}
-        serial_seen: set[int] = set()
-        for run_id, tenant_id, definition_id, serial in self._candidates(session, rooms, now):
+        serial_seen: set[tuple[int, str]] = set()
+        for run_id, tenant_id, definition_id, audience, serial in self._candidates(
+            session, rooms, now
+        ):
             if taken.get(tenant_id, 0) >= rooms[tenant_id]:
                 continue
             if serial:
-                if definition_id in serial_seen:
-                    continue  # one at a time per definition
-                serial_seen.add(definition_id)
+                if (definition_id, audience) in serial_seen:
+                    continue  # one at a time per definition and audience
+                serial_seen.add((definition_id, audience))
             chosen.append(run_id)
             taken[tenant_id] = taken.get(tenant_id, 0) + 1
         if not chosen:

@@ -161,7 +161,15 @@ def member(session: Session, caller: Caller, now: datetime | None = None) -> Mem
             f"{clip(caller.user)} has no role in tenant {tenant.name}; an admin adds them "
             f"with: nbcast --tenant {tenant.name} users add {clip(caller.user)} --role viewer"
         )
-    session.add(User(tenant_id=tenant.id, name=caller.user, role=Role.admin, added_by=caller.user))
+    session.add(
+        User(
+            tenant_id=tenant.id,
+            name=caller.user,
+            role=Role.admin,
+            added_by=caller.user,
+            created_at=now,
+        )
+    )
     session.flush()
     audit.record(
         session,
@@ -203,7 +211,13 @@ def require_operator(
             sa.select(User).where(User.tenant_id == tenant.id, User.name == caller.user)
         ):
             session.add(
-                User(tenant_id=tenant.id, name=caller.user, role=Role.admin, added_by=caller.user)
+                User(
+                    tenant_id=tenant.id,
+                    name=caller.user,
+                    role=Role.admin,
+                    added_by=caller.user,
+                    created_at=now,
+                )
             )
         return
     raise AccessDeniedError(f"{clip(caller.user)} is not an operator; {doing} is for operators")

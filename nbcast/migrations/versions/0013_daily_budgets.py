@@ -7,7 +7,8 @@ reads the tenant's use of the day (``tenant_usage_days``) against its daily budg
 spent, leases nothing of the tenant and marks its due QUEUED runs with reason
 ``budget`` (they wait for the next UTC day). A lease also returns the run's
 ``audience`` and ``row_filter``, and the warehouse bytes the tenant has left today
-(NULL without a warehouse budget). ``p_budgets`` false skips the budget check (the
+(NULL without a warehouse budget). Serial runs are one at a time per definition *and
+audience* (each recipient scope of a slot is its own stream). ``p_budgets`` false skips the budget check (the
 benchmarks' switch, :data:`nbcast.governance.ACCOUNTING`). Everything else — fair
 share, the tenant lock, the recount, serial runs, the lease time — is migration
 0004's, unchanged.
@@ -121,19 +122,19 @@ BEGIN
             END IF;
         END IF;
         WITH candidates AS (
-            SELECT r.id, r.definition_id, r.serial, r.not_before FROM runs r
+            SELECT r.id, r.definition_id, r.audience, r.serial, r.not_before FROM runs r
             WHERE r.tenant_id = t.id AND r.state = 'QUEUED' AND r.not_before <= p_now
               AND NOT EXISTS (SELECT 1 FROM run_cancel_requests c WHERE c.run_id = r.id)
               AND (NOT r.serial OR NOT EXISTS (
                   SELECT 1 FROM runs b WHERE b.definition_id = r.definition_id
-                  AND b.state IN ('LEASED', 'RUNNING')))
+                  AND b.audience = r.audience AND b.state IN ('LEASED', 'RUNNING')))
             ORDER BY r.not_before, r.id
             LIMIT room * 4
             FOR UPDATE SKIP LOCKED
         ), firsts AS (
             SELECT id, not_before,
                    CASE WHEN serial THEN row_number() OVER (
-                       PARTITION BY definition_id, serial ORDER BY not_before, id)
+                       PARTITION BY definition_id, audience, serial ORDER BY not_before, id)
                    ELSE 1 END AS k
             FROM candidates
         )
