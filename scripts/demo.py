@@ -334,6 +334,11 @@ def main() -> int:
     for source in notebooks:
         shutil.copy(source, workspace / source.name)
         nbcast("publish", str(workspace / source.name), "-m", "initial version", env=env)
+    sys.path.insert(0, str(REPO))  # run as a file: make `scripts` importable
+    from scripts.demo_governance import governance_act, publish_regional
+
+    banner("daily-sales for two regional leads: one PDF each, scoped to their region")
+    publish_regional(nbcast, env, workspace, EXAMPLES / "daily_sales.ipynb")
     nbcast("definitions", "list", env=env)
 
     banner("edit daily_sales.ipynb and publish version 2")
@@ -536,7 +541,6 @@ def main() -> int:
         print(f"{path.name}: {describe_mail(path)}")
 
     banner("nbcast serve on this home folder: the links, one-click unsubscribe, the status page")
-    sys.path.insert(0, str(REPO))  # run as a file: make `scripts` importable
     from scripts.demo_server import serve_and_check
 
     serve_and_check(
@@ -549,6 +553,8 @@ def main() -> int:
         deliveries=deliveries,
         mail_files=mailbox.files,
     )
+
+    governance_act(nbcast, env, out, mailbox.files)
 
     banner("a page of each example PDF (thumbnails for the README)")
     docs = os.environ.get("NBCAST_DEMO_DOCS") == "1"
