@@ -27,6 +27,29 @@ autovacuum does with the per-table settings nbcast's migration 0004 gives these
 tables — and reports how many passes ran. References and nbcast get the same.
 
 Target: ≥ 2,000 claims/s.
+
+**Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
+2). Every tenant is seeded with daily budgets no run can spend (1 PB of warehouse
+bytes, 10⁹ CPU seconds) and every success reports 0.01 CPU seconds, on both sides;
+only :data:`nbcast.governance.ACCOUNTING`, set before the claimers fork, differs:
+
+- *on* (nbcast as shipped): the claim function reads each tenant's use of the day
+  against its budgets (``p_budgets`` true, one ``tenant_usage_days`` lookup per
+  tenant claimed for) and every ``succeed_many`` upserts the batch's CPU seconds and
+  attempts into ``tenant_usage_days`` in its transaction (``add_usage``);
+- *off*: neither (``p_budgets`` false, no upsert).
+
+Roles are checked in the command layer only and audit entries are not written on
+this path, so budgets and usage are all that governance adds here. ``both`` runs
+on, off, on, off … each on a freshly seeded queue and prints every pass
+(``nbcast.governance_on`` / ``governance_off``, in that order of passes), and
+``governance_overhead``: the medians of ``claims_per_s`` and their ratio off/on
+(target: on within 10 % of off), and ``governance_overhead_claimers_cpu``: the same
+for ``claimers_cpu_ms_per_claim``, the claimer processes' own CPU time per claim
+(``getrusage`` of the children), which the other work on a shared machine disturbs
+far less than the wall time. ``usage_attempts`` counts the attempts the pass
+added to ``tenant_usage_days`` (0 when off). The references run once: governance
+does not touch them. ``nbcast_over_reference_lifecycle`` is the governance-on median's.
 """
 
 from __future__ import annotations
@@ -40,13 +63,25 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks._common import scratch_database
+from benchmarks._common import (
+    NEVER_SPENT_BYTES,
+    NEVER_SPENT_CPU_S,
+    add_governance_arguments,
+    children_cpu_s,
+    governance,
+    governance_passes,
+    machine_load,
+    overhead,
+    scratch_database,
+)
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.executor.leases import Success
 from nbcast.executor.queue import RunQueue
 
 TENANTS = 10
+CPU_S = 0.01
+"""CPU seconds each success reports (what governance-on adds to the day's use)."""
 
 
 def seed(url: str, runs: int) -> None:
@@ -55,10 +90,11 @@ def seed(url: str, runs: int) -> None:
         conn.execute(
             sa.text(
                 "INSERT INTO tenants (name, created_at, max_concurrent_runs, cpus_per_run, "
-                "memory_mb_per_run, run_timeout_s, max_attempts, share) SELECT 't' || g, now(), "
-                "1000000, 1, 512, 60, 3, 1 FROM generate_series(1, :n) g"
+                "memory_mb_per_run, run_timeout_s, max_attempts, share, "
+                "budget_warehouse_bytes_per_day, budget_cpu_s_per_day) SELECT 't' || g, now(), "
+                "1000000, 1, 512, 60, 3, 1, :bytes, :cpu FROM generate_series(1, :n) g"
             ),
-            {"n": TENANTS},
+            {"n": TENANTS, "bytes": NEVER_SPENT_BYTES, "cpu": NEVER_SPENT_CPU_S},
         )
         conn.execute(
             sa.text(
@@ -104,7 +140,10 @@ def _claimer(url: str, index: int, batch: int, out: Any) -> None:
         if not leases and _drained(db):
             break
         queue.succeed_many(
-            [Success(lease=lease, artifact_sha256=None, duration_s=0.0) for lease in leases]
+            [
+                Success(lease=lease, artifact_sha256=None, duration_s=0.0, cpu_s=CPU_S)
+                for lease in leases
+            ]
         )
         claimed += len(leases)
     out.put(claimed)
@@ -181,6 +220,7 @@ def measure(url: str, target: Any, claimers: int, batch: int) -> dict[str, Any]:
     vacuum = threading.Thread(
         target=lambda: vacuums.append(_stand_in_for_autovacuum(url, stop)), daemon=True
     )
+    cpu = children_cpu_s()
     started = time.perf_counter()
     vacuum.start()
     for p in procs:
@@ -189,6 +229,7 @@ def measure(url: str, target: Any, claimers: int, batch: int) -> dict[str, Any]:
     for p in procs:
         p.join()
     elapsed = time.perf_counter() - started
+    cpu = children_cpu_s() - cpu
     stop.set()
     vacuum.join()
     return {
@@ -196,6 +237,7 @@ def measure(url: str, target: Any, claimers: int, batch: int) -> dict[str, Any]:
         "seconds": round(elapsed, 2),
         "claims_per_s": round(total / elapsed),
         "vacuum_passes": vacuums[0] if vacuums else 0,
+        "claimers_cpu_ms_per_claim": round(1000 * cpu / max(total, 1), 3),
     }
 
 
@@ -206,16 +248,38 @@ def _drained(db: Database) -> bool:
         ).scalar()
 
 
+def _usage_attempts(url: str) -> int:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        n = conn.execute(sa.text("SELECT coalesce(sum(attempts), 0) FROM tenant_usage_days"))
+        total = int(n.scalar() or 0)
+    engine.dispose()
+    return total
+
+
+def measure_nbcast(runs: int, claimers: int, batch: int, on: bool) -> dict[str, Any]:
+    """One pass of nbcast's claimers on a freshly seeded queue, governance ``on`` or not
+    (set before the claimers fork)."""
+    with governance(on), scratch_database() as url:
+        seed(url, runs)
+        result = measure(url, _claimer, claimers, batch)
+        result["usage_attempts"] = _usage_attempts(url)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--claimers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=10, help="runs per claim call")
+    add_governance_arguments(parser)
     args = parser.parse_args()
-    results: dict[str, Any] = {}
-    with scratch_database() as url:
-        seed(url, args.runs)
-        results["nbcast"] = measure(url, _claimer, args.claimers, args.batch)
+    load_before = machine_load()
+    passes = governance_passes(args.governance, args.repeat)
+    sides: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for on in passes:
+        sides[on].append(measure_nbcast(args.runs, args.claimers, args.batch, on))
+    references: dict[str, Any] = {}
     for name, target in (
         ("reference_lifecycle", _reference),
         ("reference_claim_only", _reference_claim_only),
@@ -223,10 +287,38 @@ def main() -> None:
         with scratch_database() as url:
             seed(url, args.runs)
             _plain_queue_index(url)
-            results[name] = measure(url, target, args.claimers, args.batch)
-    results["nbcast_over_reference_lifecycle"] = round(
-        results["nbcast"]["claims_per_s"] / results["reference_lifecycle"]["claims_per_s"], 3
-    )
+            references[name] = measure(url, target, args.claimers, args.batch)
+    reference = references["reference_lifecycle"]["claims_per_s"]
+    governed: dict[str, Any] = {"governance": args.governance}
+    results: dict[str, Any]
+    if args.governance == "both":
+        governed["repeat"] = args.repeat
+        cost = overhead(
+            "claims_per_s",
+            [r["claims_per_s"] for r in sides[True]],
+            [r["claims_per_s"] for r in sides[False]],
+        )
+        cpu = overhead(
+            "claimers_cpu_ms_per_claim",
+            [r["claimers_cpu_ms_per_claim"] for r in sides[True]],
+            [r["claimers_cpu_ms_per_claim"] for r in sides[False]],
+            higher_is_better=False,
+        )
+        results = {
+            "nbcast": {"governance_on": sides[True], "governance_off": sides[False]},
+            "governance_overhead": cost,
+            "governance_overhead_claimers_cpu": cpu,
+            **references,
+            "nbcast_over_reference_lifecycle": round(cost["median_on"] / reference, 3),
+            "governance_off_over_reference_lifecycle": round(cost["median_off"] / reference, 3),
+        }
+    else:
+        [nbcast] = sides[passes[0]]
+        results = {
+            "nbcast": nbcast,
+            **references,
+            "nbcast_over_reference_lifecycle": round(nbcast["claims_per_s"] / reference, 3),
+        }
     print(
         json.dumps(
             {
@@ -235,8 +327,10 @@ def main() -> None:
                 "claimers": args.claimers,
                 "batch": args.batch,
                 "tenants": TENANTS,
+                **governed,
                 **results,
                 "target_claims_per_s": 2000,
+                "machine": {"before": load_before, "after": machine_load()},
             },
             indent=2,
         )

@@ -15,6 +15,29 @@ plain ``smtplib`` to the same server — no database, no ledger — over one ses
 over ``--senders`` sessions in as many threads (the like-for-like figure). The ratio
 is what effectively-once bookkeeping costs per message. Target: ≥ 500
 deliveries/s.
+
+**Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
+2). The ``default`` tenant is given daily budgets no run can spend (1 PB, 10⁹ CPU
+seconds) on both sides; only :data:`nbcast.governance.ACCOUNTING`, set before the
+pass is prepared, differs:
+
+- *on* (nbcast as shipped): every answer that ends a delivery (SENT, FAILED,
+  SUPPRESSED) appends a hash-chained ``delivery.*`` audit entry in the recorder's
+  transaction — the timed part; in the set-up (not timed) the runs' claims check the
+  budgets and their successes add to ``tenant_usage_days``;
+- *off*: no audit entries, no budget check, no usage.
+
+Roles are checked in the command layer only (``publish`` and ``run_now`` here, in the
+untimed set-up, on both sides). ``both`` runs on, off, on, off … each on a fresh
+database prepared the same way and prints every pass (``nbcast.governance_on`` /
+``governance_off``) and ``governance_overhead``: the medians of ``deliveries_per_s``
+and their ratio off/on (target: on within 10 % of off), and
+``governance_overhead_worker_cpu``: the same for ``worker_cpu_ms_per_delivery``, the
+delivery worker's own CPU time (every thread of this process; the SMTP sink runs in
+its own) per delivery, which the other work on a shared machine disturbs far less
+than the wall time. ``audit_entries`` counts the
+``delivery.*`` entries of the pass (0 when off). The references run once: governance
+does not touch them; ``nbcast_over_reference`` is the governance-on median's.
 """
 
 from __future__ import annotations
@@ -31,8 +54,21 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import sqlalchemy as sa
 
-from benchmarks._common import scratch_database, smtp_sink, trivial_notebook
+from benchmarks._common import (
+    NEVER_SPENT_BYTES,
+    NEVER_SPENT_CPU_S,
+    add_governance_arguments,
+    governance,
+    governance_passes,
+    machine_load,
+    overhead,
+    own_cpu_s,
+    scratch_database,
+    smtp_sink,
+    trivial_notebook,
+)
 from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
@@ -55,7 +91,7 @@ def _executed(marker: str) -> bytes:
     nb.cells = [nbformat.v4.new_markdown_cell("# Daily sales"), cell]
     for i, c in enumerate(nb.cells):
         c["id"] = f"c{i}"
-    return nbformat.writes(nb).encode()
+    return str(nbformat.writes(nb)).encode()
 
 
 def prepare(
@@ -63,6 +99,14 @@ def prepare(
 ) -> tuple[Database, Ledger, int]:
     db = Database.open(url)
     clock = SystemClock()
+    with db.engine.begin() as conn:  # budgets that are checked but never spent
+        conn.execute(
+            sa.text(
+                "UPDATE tenants SET budget_warehouse_bytes_per_day = :bytes, "
+                "budget_cpu_s_per_day = :cpu WHERE name = 'default'"
+            ),
+            {"bytes": NEVER_SPENT_BYTES, "cpu": NEVER_SPENT_CPU_S},
+        )
     path = trivial_notebook(folder, "daily-sales")
     nb = json.loads(path.read_text())
     nb["metadata"]["nbcast"]["outputs"] = ["html"]
@@ -74,7 +118,7 @@ def prepare(
     store = LocalArtifactStore(folder / "artifacts")
     queue = RunQueue(db, clock, owner="bench")
     for n in range(runs):
-        run_now(db, clock, Caller(tenant="default", user="t"), "daily-sales", {})
+        run_now(db, clock, Caller(tenant="default", user="bench"), "daily-sales", {})
         [lease] = queue.claim(1)
         queue.start(lease)
         queue.succeed(lease, artifact_sha256=store.put(_executed(f"run {n}")).sha256, duration_s=0)
@@ -100,10 +144,12 @@ def prepare(
 
 
 def run_nbcast(ledger: Ledger, total: int, batch: int) -> dict[str, Any]:
+    cpu = own_cpu_s()
     started = time.perf_counter()
     while ledger.deliver_due(batch):
         pass
     elapsed = time.perf_counter() - started
+    cpu = own_cpu_s() - cpu
     ledger.close()
     sent = ledger.stats.sent
     return {
@@ -111,6 +157,7 @@ def run_nbcast(ledger: Ledger, total: int, batch: int) -> dict[str, Any]:
         "expected": total,
         "seconds": round(elapsed, 2),
         "deliveries_per_s": round(sent / elapsed),
+        "worker_cpu_ms_per_delivery": round(1000 * cpu / max(sent, 1), 3),
     }
 
 
@@ -140,6 +187,22 @@ def run_reference(port: int, total: int, sessions: int) -> dict[str, Any]:
     }
 
 
+def _audit_entries(db: Database) -> int:
+    with db.engine.connect() as conn:
+        query = "SELECT count(*) FROM audit_log WHERE action LIKE 'delivery.%'"
+        return int(conn.execute(sa.text(query)).scalar() or 0)
+
+
+def measure_nbcast(args: argparse.Namespace, port: int, on: bool) -> dict[str, Any]:
+    """One pass on a fresh database, governance ``on`` or not (module docstring)."""
+    with governance(on), scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
+        db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs, args.senders, port)
+        result = run_nbcast(ledger, total, args.batch)
+        result["audit_entries"] = _audit_entries(db)
+        db.dispose()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipients", type=int, default=2000)
@@ -148,21 +211,58 @@ def main() -> None:
     parser.add_argument(
         "--senders", type=int, default=4, help="parallel senders, one SMTP session each"
     )
+    add_governance_arguments(parser)
     args = parser.parse_args()
+    load_before = machine_load()
+    passes = governance_passes(args.governance, args.repeat)
+    sides: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     port = free_port()
     sink = smtp_sink(port)
     try:
-        with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
-            db, ledger, total = prepare(
-                url, Path(tmp), args.recipients, args.runs, args.senders, port
-            )
-            nbcast = run_nbcast(ledger, total, args.batch)
-            db.dispose()
+        for on in passes:
+            sides[on].append(measure_nbcast(args, port, on))
+        total = args.recipients * args.runs
         reference_one = run_reference(port, total, 1)
         reference = run_reference(port, total, args.senders)
     finally:
         sink.terminate()
         sink.wait(10)
+    governed: dict[str, Any] = {"governance": args.governance}
+    results: dict[str, Any]
+    if args.governance == "both":
+        governed["repeat"] = args.repeat
+        cost = overhead(
+            "deliveries_per_s",
+            [r["deliveries_per_s"] for r in sides[True]],
+            [r["deliveries_per_s"] for r in sides[False]],
+        )
+        cpu = overhead(
+            "worker_cpu_ms_per_delivery",
+            [r["worker_cpu_ms_per_delivery"] for r in sides[True]],
+            [r["worker_cpu_ms_per_delivery"] for r in sides[False]],
+            higher_is_better=False,
+        )
+        results = {
+            "nbcast": {"governance_on": sides[True], "governance_off": sides[False]},
+            "governance_overhead": cost,
+            "governance_overhead_worker_cpu": cpu,
+            "reference_plain_smtplib_one_session": reference_one,
+            "reference_plain_smtplib": reference,
+            "nbcast_over_reference": round(cost["median_on"] / reference["deliveries_per_s"], 3),
+            "governance_off_over_reference": round(
+                cost["median_off"] / reference["deliveries_per_s"], 3
+            ),
+        }
+    else:
+        [nbcast] = sides[passes[0]]
+        results = {
+            "nbcast": nbcast,
+            "reference_plain_smtplib_one_session": reference_one,
+            "reference_plain_smtplib": reference,
+            "nbcast_over_reference": round(
+                nbcast["deliveries_per_s"] / reference["deliveries_per_s"], 3
+            ),
+        }
     print(
         json.dumps(
             {
@@ -173,13 +273,10 @@ def main() -> None:
                 "runs": args.runs,
                 "batch": args.batch,
                 "senders": args.senders,
-                "nbcast": nbcast,
-                "reference_plain_smtplib_one_session": reference_one,
-                "reference_plain_smtplib": reference,
-                "nbcast_over_reference": round(
-                    nbcast["deliveries_per_s"] / reference["deliveries_per_s"], 3
-                ),
+                **governed,
+                **results,
                 "target_deliveries_per_s": 500,
+                "machine": {"before": load_before, "after": machine_load()},
             },
             indent=2,
         )
