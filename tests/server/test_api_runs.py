@@ -347,8 +347,10 @@ def test_tenants_are_for_operators(server: LiveServer, seeded: Seeded) -> None:
         )
         assert changed.status_code == 200, changed.text
         assert (changed.json()["max_concurrent_runs"], changed.json()["cpus_per_run"]) == (7, 1.5)
-        budget = root.patch(f"{API}/tenants/acme/quota", json={"warehouse_budget_bytes": None})
-        assert budget.json()["warehouse_budget_bytes"] is None
+        budgets = {"budget_warehouse_bytes_per_day": None, "budget_cpu_s_per_day": None}
+        budget = root.patch(f"{API}/tenants/acme/quota", json=budgets)
+        assert budget.status_code == 200, budget.text
+        assert {k: budget.json()[k] for k in budgets} == budgets  # no budget: nullable
         for body, field in [
             ({"max_concurrent_runs": 0}, "max_concurrent_runs"),
             ({"max_concurrent_runs": 10_001}, "max_concurrent_runs"),
