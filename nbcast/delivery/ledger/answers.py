@@ -73,34 +73,74 @@ _GROUP_WINDOW = 0.005
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
 _ATTEMPTS = cast(sa.Table, DeliveryAttempt.__table__)
 
-# Answers recorded in one round trip on PostgreSQL: the fenced ledger rows and their
-# attempts, from arrays; set_config (evaluated once, in FROM) makes the commit
-# asynchronous. Returns the ids whose lease still held.
-_RECORD = sa.text(
-    "WITH f AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), "
-    "CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:not_befores AS timestamptz[]), "
-    "CAST(:receipts AS text[]), CAST(:errors AS text[]), CAST(:sent_ats AS timestamptz[]), "
-    "CAST(:contents AS text[]), CAST(:unknowns AS boolean[]), CAST(:duplicates AS boolean[]), "
-    "CAST(:outcomes AS text[]), CAST(:details AS text[])) AS f(id, attempt, state, reason, "
-    "not_before, receipt, error, sent_at, content, unknown, duplicate, outcome, detail)), "
-    "d AS (UPDATE deliveries x SET state = f.state, reason = f.reason, "
-    "not_before = COALESCE(f.not_before, x.not_before), "
-    "receipt = COALESCE(CAST(f.receipt AS jsonb), x.receipt), error = CAST(f.error AS jsonb), "
-    "sent_at = COALESCE(f.sent_at, x.sent_at), "
-    "content_sha256 = COALESCE(f.content, x.content_sha256), outcome_unknown = f.unknown, "
-    "possible_duplicate = x.possible_duplicate OR f.duplicate, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now "
-    "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
-    "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
-    "AND x.state = :sending RETURNING x.id), "
-    "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
-    "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
-    "WHERE y.delivery_id = f.id AND y.attempt = f.attempt) "
-    "SELECT id FROM d"
-).bindparams(
-    sa.bindparam("now", type_=UTCDateTime()),
-    sa.bindparam("sending", value=DeliveryState.SENDING.value),
-)
+
+def _record(audited: bool) -> sa.TextClause:
+    """Answers recorded in one round trip on PostgreSQL.
+
+    The fenced ledger rows and their attempts are updated from arrays; set_config
+    (evaluated once, in FROM) makes the commit asynchronous. The statement returns
+    the ids whose lease still held. With ``audited`` (governance on) the audit
+    entries of the answers that end a delivery are appended in the same statement:
+    ``nbcast_audit_append`` (migration 0011) chains each entry after its tenant's
+    head, hashing exactly as ``audit.append`` does for the ASCII details text it is
+    given, in tenant and delivery order. No extra round trip, and no statement is
+    built per group: both variants are built once, at import.
+    """
+    columns = (
+        "id, attempt, state, reason, not_before, receipt, error, sent_at, content, "
+        "unknown, duplicate, outcome, detail"
+    )
+    arrays = (
+        "CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:states AS text[]), "
+        "CAST(:reasons AS text[]), CAST(:not_befores AS timestamptz[]), "
+        "CAST(:receipts AS text[]), CAST(:errors AS text[]), CAST(:sent_ats AS timestamptz[]), "
+        "CAST(:contents AS text[]), CAST(:unknowns AS boolean[]), "
+        "CAST(:duplicates AS boolean[]), CAST(:outcomes AS text[]), CAST(:details AS text[])"
+    )
+    returning = "x.id"
+    if audited:
+        columns += ", audit_action, audit_detail"
+        arrays += ", CAST(:audit_actions AS text[]), CAST(:audit_details AS text[])"
+        returning += ", x.tenant_id"
+    audit_cte = (
+        ", audited AS (SELECT nbcast_audit_append(s.tenant_id, :now, :actor, s.audit_action, "
+        "'delivery:' || s.id, s.audit_detail) AS seq FROM (SELECT d.id, d.tenant_id, "
+        "f.audit_action, f.audit_detail FROM d JOIN f ON f.id = d.id "
+        "WHERE f.audit_action IS NOT NULL ORDER BY d.tenant_id, d.id) AS s) "
+    )
+    # A data-modifying CTE always runs; a SELECT-only one runs only when referenced.
+    final = (
+        audit_cte + "SELECT id FROM d WHERE (SELECT count(*) FROM audited) >= 0"
+        if audited
+        else " SELECT id FROM d"
+    )
+    statement = sa.text(
+        f"WITH f AS (SELECT * FROM unnest({arrays}) AS f({columns})), "
+        "d AS (UPDATE deliveries x SET state = f.state, reason = f.reason, "
+        "not_before = COALESCE(f.not_before, x.not_before), "
+        "receipt = COALESCE(CAST(f.receipt AS jsonb), x.receipt), error = CAST(f.error AS jsonb), "
+        "sent_at = COALESCE(f.sent_at, x.sent_at), "
+        "content_sha256 = COALESCE(f.content, x.content_sha256), outcome_unknown = f.unknown, "
+        "possible_duplicate = x.possible_duplicate OR f.duplicate, lease_owner = NULL, "
+        "lease_expires_at = NULL, updated_at = :now "
+        "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
+        "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
+        f"AND x.state = :sending RETURNING {returning}), "
+        "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
+        "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
+        "WHERE y.delivery_id = f.id AND y.attempt = f.attempt)" + final
+    )
+    binds = [
+        sa.bindparam("now", type_=UTCDateTime()),
+        sa.bindparam("sending", value=DeliveryState.SENDING.value),
+    ]
+    if audited:
+        binds.append(sa.bindparam("actor", value="delivery-worker"))
+    return statement.bindparams(*binds)
+
+
+_RECORD = _record(audited=False)
+_RECORD_AUDITED = _record(audited=True)
 
 
 class ClaimedRow(Protocol):
@@ -190,9 +230,13 @@ def write_answers(
     kept: set[int] = set()
     with conn.begin():
         if dialect == "postgresql":
-            kept = set(conn.execute(_RECORD, _record_arrays(answers, owner, now)).scalars())
-            _audit(conn, answers, kept, now)
-            return kept
+            from nbcast import governance
+
+            arrays = _record_arrays(answers, owner, now)
+            if governance.ACCOUNTING:
+                arrays.update(_audit_arrays(answers))
+            statement = _RECORD_AUDITED if governance.ACCOUNTING else _RECORD
+            return set(conn.execute(statement, arrays).scalars())
         for answer in answers:
             row = answer.row
             result = conn.execute(
@@ -247,17 +291,35 @@ def _audit(conn: sa.Connection, answers: list[Answer], kept: set[int], now: date
                 action=audit.Action(_AUDITED[state]),
                 obj=f"delivery:{row.id}",
                 at=now,
-                details={
-                    "run": getattr(row, "run_id", None),
-                    "channel": getattr(row, "channel", None),
-                    "recipient": getattr(row, "recipient", None),
-                    "reason": answer.values.get("reason"),
-                    "possible_duplicate": bool(answer.values.get("possible_duplicate")),
-                },
+                details=_audit_details(answer),
             )
         )
     if noted:
         audit.append(conn, noted)
+
+
+def _audit_details(answer: Answer) -> dict[str, Any]:
+    row = answer.row
+    return {
+        "run": getattr(row, "run_id", None),
+        "channel": getattr(row, "channel", None),
+        "recipient": getattr(row, "recipient", None),
+        "reason": answer.values.get("reason"),
+        "possible_duplicate": bool(answer.values.get("possible_duplicate")),
+    }
+
+
+def _audit_arrays(answers: list[Answer]) -> dict[str, Any]:
+    """The audit action and details text of each answer (None: not audited)."""
+    from nbcast.governance import audit
+
+    actions: list[str | None] = []
+    details: list[str | None] = []
+    for answer in answers:
+        action = _AUDITED.get(answer.values.get("state"))  # type: ignore[arg-type]
+        actions.append(action)
+        details.append(None if action is None else audit.details_text(_audit_details(answer)))
+    return {"audit_actions": actions, "audit_details": details}
 
 
 def _record_arrays(answers: list[Answer], owner: str, now: datetime) -> dict[str, Any]:
