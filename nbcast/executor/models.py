@@ -180,6 +180,12 @@ class Run(Base):
         ),
         sa.Index("ix_runs_tenant_fire", "tenant_id", "fire_at", "id"),
         sa.Index(
+            "ix_runs_rerun_of",
+            "rerun_of",
+            postgresql_where=sa.text("rerun_of IS NOT NULL"),
+            sqlite_where=sa.text("rerun_of IS NOT NULL"),
+        ),
+        sa.Index(
             "ix_runs_leased",
             "tenant_id",
             "lease_expires_at",

@@ -45,7 +45,9 @@ monitor's process) when the miss is found. A delivery worker sends the alert
 
 **Bounded.** One pass judges at most :data:`MAX_SLOTS_PER_DEFINITION` slot rows of a
 definition and :data:`MAX_SLOTS_PER_CHECK` in all, the definitions furthest behind
-first; what is left is judged at the next pass. One definition that cannot be judged
+first, and a pass stops taking up definitions once it has run for
+:data:`MAX_SECONDS_PER_CHECK` (the scheduler's own tick waits for it); what is left is
+judged at the next pass. One definition that cannot be judged
 (a version that no longer parses, rows the database refuses) is logged and skipped
 while every other definition is judged as usual.
 """
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -76,6 +79,7 @@ from nbcast.scheduler.models import ScheduleState
 __all__ = [
     "ACTOR",
     "DEFAULT_CHANNEL",
+    "MAX_SECONDS_PER_CHECK",
     "MAX_SLOTS_PER_CHECK",
     "MAX_SLOTS_PER_DEFINITION",
     "AlertState",
@@ -97,6 +101,10 @@ MAX_SLOTS_PER_DEFINITION = 500
 
 MAX_SLOTS_PER_CHECK = 5_000
 """Slot rows judged in one pass over every definition."""
+
+MAX_SECONDS_PER_CHECK = 1.0
+"""Wall seconds after which a pass takes up no further definition (monotonic time:
+the scheduler's clock may be accelerated, the work it waits for is not)."""
 
 _CANDIDATE_BATCH = 1_000
 _IN_CHUNK = 500
@@ -526,11 +534,13 @@ def check_slas(
     environ: Mapping[str, str] | None = None,
     max_slots: int = MAX_SLOTS_PER_CHECK,
     per_definition: int = MAX_SLOTS_PER_DEFINITION,
+    max_seconds: float = MAX_SECONDS_PER_CHECK,
 ) -> dict[str, Any]:
     """Judge the due slots of every definition with an SLA (module docstring); return
     ``{"misses": recorded, "slots": judged, "definitions": judged, "failed": n,
     "more": whether work was left for the next pass}``."""
     env = os.environ if environ is None else environ
+    started = time.monotonic()
     now = clock.now()
     with db.session() as session:
         candidates = [c for c in _candidates(session, db.dialect) if c.behind(now)]
@@ -540,7 +550,7 @@ def check_slas(
     definitions = 0
     for c in candidates:
         budget = min(per_definition, max_slots - tally.slots)
-        if budget <= 0:
+        if budget <= 0 or (definitions and time.monotonic() - started >= max_seconds):
             tally.more = True
             break
         try:

@@ -309,6 +309,24 @@ def test_a_pass_is_bounded_and_the_next_one_goes_on(fixed: World) -> None:
     assert sum(passes) == slots
 
 
+def test_a_pass_out_of_time_leaves_the_other_definitions_to_the_next(fixed: World) -> None:
+    names = [f"report-{i}" for i in range(3)]
+    for name in names:
+        fixed.publish(name, DAILY)
+    _at(fixed, SLOT + minutes(1))
+    fixed.tick()
+    _at(fixed, SLOT + minutes(31))
+    passes = []
+    while True:
+        summary = fixed.check(max_seconds=0.0)  # out of time after the first definition
+        passes.append(summary["definitions"])
+        if not summary["more"]:
+            break
+        assert len(passes) < 10
+    assert passes == [1, 1, 1]
+    assert [m["definition"] for m in fixed.misses()] == names
+
+
 def test_a_definition_the_database_refuses_does_not_stop_the_others(fixed: World) -> None:
     fixed.publish("poison", DAILY)
     fixed.publish("healthy", DAILY)
