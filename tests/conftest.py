@@ -29,6 +29,24 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) a module's tests
+    run in one worker, so its module-scoped fixtures (live servers, delivered reports)
+    start once; and every test that uses the Ray cluster runs in one worker too: the
+    cluster is a session fixture, started once, and ``ray stop --force`` at its end
+    stops every Ray process on the machine."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        uses_ray = "ray_cluster" in fixtures or item.get_closest_marker("ray") is not None
+        if uses_ray or any(value == "ray" for value in params):
+            group = "ray"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def example_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example lake (``make lake``), generated into a temporary folder if missing."""
