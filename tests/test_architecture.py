@@ -173,3 +173,46 @@ def test_the_kernel_side_packages_import_no_plane(package: str) -> None:
             assert not any(owner.startswith(f"nbcast.{p}") for p in planes), (
                 f"{module}:{line} imports {target}"
             )
+
+
+def _state_literals() -> set[str]:
+    """Every value of the planes' state enums (runs, attempts, deliveries, renditions)."""
+    from nbcast.delivery.models import AttemptOutcome, DeliveryState, RenditionState
+    from nbcast.executor.models import Outcome, RunState
+
+    enums = (RunState, Outcome, DeliveryState, AttemptOutcome, RenditionState)
+    return {member.value for enum in enums for member in enum}
+
+
+def _enum_members(tree: ast.Module) -> set[int]:
+    """The ids of the constants that define an enum's members (``X = "X"`` in a class
+    body), the one place a state may be spelled."""
+    defined: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant):
+                    defined.add(id(statement.value))
+    return defined
+
+
+def test_states_are_spelled_by_their_enums() -> None:
+    """A state compared or passed as a bare string (``state == "FAILED"``) is how a
+    renamed state silently stops matching; Python code names the enum member (SQL text
+    is left alone: a string that merely contains a state is not a literal of one)."""
+    states = _state_literals()
+    found = []
+    for name, path in MODULES.items():
+        if ".migrations." in name:
+            continue
+        tree = ast.parse(path.read_text())
+        members = _enum_members(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in states
+                and id(node) not in members
+            ):
+                found.append(f"{name}:{node.lineno} {node.value!r}")
+    assert found == []

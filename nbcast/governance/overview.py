@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.definitions.queries import DefinitionRecord, list_definitions
+from nbcast.delivery.models import DeliveryState
 from nbcast.delivery.queries import DeliveryRecord, list_deliveries
-from nbcast.executor.models import ACTIVE_STATES
+from nbcast.executor.models import ACTIVE_STATES, RunState
 from nbcast.executor.records import RunRecord
 from nbcast.governance.health import Health, health
 from nbcast.governance.models import Tenant
@@ -110,8 +111,8 @@ def overview(
         ).all()
     )
     queue = QueueUse(
-        queued=int(active.get("QUEUED", 0)),
-        running=int(active.get("LEASED", 0)) + int(active.get("RUNNING", 0)),
+        queued=int(active.get(RunState.QUEUED, 0)),
+        running=int(active.get(RunState.LEASED, 0)) + int(active.get(RunState.RUNNING, 0)),
         max_concurrent_runs=tenant.max_concurrent_runs,
     )
     since = now - WINDOW
@@ -133,7 +134,9 @@ def overview(
     }
     listed = list_definitions(session, caller, limit=_bounded(definitions))
     recent = list_runs(session, caller, order="desc", limit=_bounded(runs))
-    failed = list_deliveries(session, caller, state="FAILED", limit=_bounded(failed_deliveries))
+    failed = list_deliveries(
+        session, caller, state=DeliveryState.FAILED.value, limit=_bounded(failed_deliveries)
+    )
     return Overview(
         tenant=caller.tenant,
         checked_at=now,

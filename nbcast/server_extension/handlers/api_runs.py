@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, encode_cursor
 from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
+from nbcast.delivery.models import RenditionState
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.executor.control import MAX_RUN_ID, cancel_run, own_run, run_not_found
 from nbcast.executor.models import RunKind, RunState
@@ -269,7 +270,7 @@ RERUN = schema(
             "id": {"type": "integer"},
             "rerun_of": {"type": "integer"},
             "kind": {"type": "string", "enum": ["rerun"]},
-            "state": {"type": "string", "enum": ["QUEUED"]},
+            "state": {"type": "string", "enum": [RunState.QUEUED.value]},
         },
     },
 )
@@ -503,7 +504,13 @@ class RunRerunHandler(_RunBase):
         new_id = await self.call(self._rerun, caller, number)
         self.set_header("Location", f"{self.base_url.rstrip('/')}{API}/runs/{new_id}")
         self.write_json(
-            {"id": new_id, "rerun_of": number, "kind": "rerun", "state": "QUEUED"}, status=201
+            {
+                "id": new_id,
+                "rerun_of": number,
+                "kind": RunKind.rerun.value,
+                "state": RunState.QUEUED.value,
+            },
+            status=201,
         )
 
     def _rerun(self, caller: Caller, run_id: int) -> int:
@@ -585,7 +592,7 @@ class RunRenditionHandler(RunNotebookHandler):
             raise ApiError(404, f"run {run_id} has no rendition {rendition_id}", code="not_found")
         [rendition] = found
         missing = f"rendition {rendition_id} of run {run_id} is {rendition.state.value}"
-        sha256 = rendition.sha256 if rendition.state.value == "DONE" else None
+        sha256 = rendition.sha256 if rendition.state == RenditionState.DONE else None
         data = self._artifact(sha256, missing)
         media = rendition.media_type or "application/octet-stream"
         filename = rendition.filename or f"{detail.definition}-run{run_id}.{rendition.format}"

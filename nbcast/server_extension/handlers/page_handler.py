@@ -23,7 +23,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
+from nbcast.delivery.models import DeliveryState
 from nbcast.errors import NbcastError, NotFoundError
+from nbcast.executor.models import ACTIVE_STATES
 from nbcast.server_extension.errors import ApiError, status_of
 from nbcast.server_extension.handlers.base import NbcastMixin
 from nbcast.server_extension.routes import API, Operation, route
@@ -49,9 +51,9 @@ REFRESH_OVERVIEW_S = 30
 FLASH_COOKIE = "nbcast-flash"
 MAX_FLASH = 600
 """Characters of a flash message kept (one line)."""
-ACTIVE_RUN = frozenset({"QUEUED", "LEASED", "RUNNING"})
+ACTIVE_RUN = frozenset(ACTIVE_STATES)
 """Run states that make a page refresh itself."""
-ACTIVE_DELIVERY = frozenset({"PENDING", "SENDING"})
+ACTIVE_DELIVERY = frozenset({DeliveryState.PENDING, DeliveryState.SENDING})
 """Delivery states that make a page refresh itself."""
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from nbcast.delivery.models import DeliveryState, RenditionState
 from nbcast.server_extension.errors import ApiError, status_of
 from nbcast.server_extension.handlers.api_runs import LINK_OPENS_SHOWN
 from nbcast.server_extension.handlers.page_handler import (
@@ -51,7 +52,7 @@ class RunPage(PageHandler):
             title=f"Run {run.id}",
             active=run.state in ACTIVE_RUN
             or any(d.state.value in ACTIVE_DELIVERY for d in run.deliveries)
-            or any(r.state.value == "PENDING" for r in run.renditions),
+            or any(r.state == RenditionState.PENDING for r in run.renditions),
             **data,
         )
 
@@ -76,7 +77,7 @@ class RunPage(PageHandler):
             "opens_more": len(opens) > LINK_OPENS_SHOWN,
             "opens_total": sum(link.opens for link in links),
             "tracebacks": attempt_tracebacks(self.state.store, run),
-            "failed_deliveries": sum(1 for d in run.deliveries if d.state.value == "FAILED"),
+            "failed_deliveries": sum(1 for d in run.deliveries if d.state == DeliveryState.FAILED),
             "finished": run.state not in ACTIVE_RUN,
             "user_agent_shown": USER_AGENT_SHOWN,
         }
