@@ -8,6 +8,10 @@ LAKE := notebooks/examples/lake/orders.parquet
 export RAY_USAGE_STATS_ENABLED := 0
 # The demo's and the tests' Ray clusters live on loopback only: no token auth.
 export RAY_AUTH_MODE := disabled
+# The suite runs in pytest-xdist workers: more than the 2 cores, since most tests
+# wait on kernels, servers, browsers and the database rather than compute.
+TEST_WORKERS ?= 3
+PYTEST_ARGS ?=
 
 .PHONY: demo docs-images test lint typecheck install lake clean bench chromium
 
@@ -53,7 +57,7 @@ test: install lake chromium
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests
 	cd notebooks/examples && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax -q .
 
 lint: install

@@ -1,7 +1,7 @@
 """Deliveries per second through the ledger to a local SMTP server.
 
-Prints JSON. A report with ``--recipients`` email subscriptions (default 2,000) runs
-``--runs`` times (default 2) through the executor's real queue on PostgreSQL; the
+Prints JSON. A report with ``--recipients`` email subscriptions (default 1,000, the
+most a definition may have) runs ``--runs`` times (default 4) through the executor's real queue on PostgreSQL; the
 delivery plane consumes the outbox and renders the HTML (not timed). Then one
 delivery worker drains the ledger — claim a batch, decide (unsubscribed,
 superseded, stale, conditions), send over one SMTP session, record each answer with
@@ -205,8 +205,8 @@ def measure_nbcast(args: argparse.Namespace, port: int, on: bool) -> dict[str, A
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--recipients", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--recipients", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=100, help="ledger rows per claim")
     parser.add_argument(
         "--senders", type=int, default=4, help="parallel senders, one SMTP session each"

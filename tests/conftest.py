@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) a module's tests
+    """Under pytest-xdist (``make test`` runs ``-n $(TEST_WORKERS) --dist loadgroup``, 3 workers by default) a module's tests
     run in one worker, so its module-scoped fixtures (live servers, delivered reports)
     start once; and every test that uses the Ray cluster runs in one worker too: the
     cluster is a session fixture, started once, and ``ray stop --force`` at its end
