@@ -1,9 +1,9 @@
 """Deliveries per second through the ledger to a local SMTP server.
 
 Prints JSON. A report with ``--recipients`` email subscriptions (default 1,000, the
-most a definition may have) runs ``--runs`` times (default 4) through the executor's real queue on PostgreSQL; the
-delivery plane consumes the outbox and renders the HTML (not timed). Then one
-delivery worker drains the ledger — claim a batch, decide (unsubscribed,
+most a definition may have) runs ``--runs`` times (default 4) through the executor's
+real queue on PostgreSQL; the delivery plane consumes the outbox and renders the
+HTML (not timed). Then one delivery worker drains the ledger — claim a batch, decide (unsubscribed,
 superseded, stale, conditions), send over one SMTP session, record each answer with
 its attempt row — to an aiosmtpd server running in its own process (``Sink``
 handler, so the server's own cost is the same for both sides). Sends go through

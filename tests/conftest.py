@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n $(TEST_WORKERS) --dist loadgroup``, 3 workers by default) a module's tests
-    run in one worker, so its module-scoped fixtures (live servers, delivered reports)
-    start once; and every test that uses the Ray cluster runs in one worker too: the
-    cluster is a session fixture, started once, and ``ray stop --force`` at its end
-    stops every Ray process on the machine."""
+    """Under pytest-xdist (``make test`` runs ``-n $(TEST_WORKERS) --dist loadgroup``, 3
+    workers by default) a module's tests run in one worker, so its module-scoped
+    fixtures (live servers, delivered reports) start once; and every test that uses
+    the Ray cluster runs in one worker too: the cluster is a session fixture, started
+    once, and ``ray stop --force`` at its end stops every Ray process on the machine."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
