@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (try '{ctx.command_path} --help')" if ctx is not None else ""
-        error_line(exc.format_message() + hint)
+        error_line(_one_line(exc.format_message(), 300) + hint)
         return 2
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
@@ -195,6 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
         error_line(f"{exc.strerror or type(exc).__name__}{where}")
+        return 2
+    except UnicodeEncodeError:
+        # Bytes on the command line that are not UTF-8 arrive as lone surrogates; where
+        # no check named the field first, the database refuses to encode them.
+        error_line("the command line holds text that is not valid UTF-8")
         return 2
     except Exception as exc:  # a bug: one line for the user, the traceback in the log
         path = _log_internal_error(exc)

@@ -69,16 +69,18 @@ def audit_export(app: AppContext, since: object, until: object, output: Path | N
     low, high = _bound(since), _bound(until, zone_end=True)
     if low is not None and high is not None and low >= high:
         raise click.UsageError("--from must be before --to")
-    handle = output.open("x", encoding="utf-8") if output is not None else sys.stdout
-    try:
-        count = 0
-        with app.db.session() as session:
-            for entry in export_log(session, app.caller, app.clock.now(), since=low, until=high):
+    count = 0
+    with app.db.session() as session:
+        # The role is checked here, before the file exists: a refusal creates nothing.
+        found = export_log(session, app.caller, app.clock.now(), since=low, until=high)
+        handle = output.open("x", encoding="utf-8") if output is not None else sys.stdout
+        try:
+            for entry in found:
                 handle.write(json.dumps(entry.to_json(), ensure_ascii=False) + "\n")
                 count += 1
-    finally:
-        if output is not None:
-            handle.close()
+        finally:
+            if output is not None:
+                handle.close()
     if output is not None:
         click.echo(f"wrote {count:,} entries to {output}")
 

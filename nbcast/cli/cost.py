@@ -15,6 +15,7 @@ import click
 
 from nbcast.cli.app import AppContext, pass_app
 from nbcast.cli.output import emit_json, table
+from nbcast.limits import WALL_TIME_MAX, WALL_TIME_MIN
 
 __all__: list[str] = []
 
@@ -34,9 +35,13 @@ class Day(click.ParamType):  # type: ignore[type-arg]
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
             self.fail(f"{text[:40]!r} is not a date (YYYY-MM-DD)", param, ctx)
         try:
-            return date.fromisoformat(text)
+            day = date.fromisoformat(text)
         except ValueError:
             self.fail(f"{text} is not a calendar date", param, ctx)
+        low, high = WALL_TIME_MIN.date(), WALL_TIME_MAX.date()
+        if not low <= day < high:
+            self.fail(f"{text} is outside {low.isoformat()}..{high.isoformat()}", param, ctx)
+        return day
 
 
 @click.group()

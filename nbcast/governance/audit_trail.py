@@ -46,9 +46,12 @@ def export_log(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Iterator[AuditRecord]:
-    """The caller's tenant's entries within ``[since, until)`` (its admins)."""
+    """The caller's tenant's entries within ``[since, until)`` (its admins).
+
+    The role is checked when this is called, not at the first entry, so a caller may
+    refuse before opening anything to write the entries to."""
     tenant = require(session, caller, Role.admin, "reading the audit log", now).tenant
-    yield from entries(session, tenant.id, tenant.name, since=since, until=until)
+    return entries(session, tenant.id, tenant.name, since=since, until=until)
 
 
 def trail(

@@ -30,6 +30,7 @@ tenant may read its own report); :func:`plot_report` draws it as stacked daily b
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time, timedelta
@@ -46,6 +47,7 @@ from nbcast.delivery.models import Delivery, DeliveryState, Rendition
 from nbcast.errors import ConfigError
 from nbcast.executor.models import Run, RunAttempt, RunState, WarehouseUsage
 from nbcast.governance.models import CostDay
+from nbcast.limits import clip
 
 __all__ = [
     "MAX_PLOT_DAYS",
@@ -430,5 +432,15 @@ def plot_report(report: CostReport, path: str | Path) -> Path:
     )
     figure.tight_layout(rect=(0, 0, 0.86 if names else 1, 0.95))
     target = Path(path)
-    figure.savefig(target, format="png", metadata={"Software": None})
+    # Never through a planted link (O_NOFOLLOW), created private; an existing file of
+    # one's own is rewritten in place.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(target, flags, 0o600)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the plot to {clip(str(target), 200)}: {exc.strerror}"
+        ) from None
+    with os.fdopen(fd, "wb") as handle:
+        figure.savefig(handle, format="png", metadata={"Software": None})
     return target

@@ -34,10 +34,16 @@ __all__ = [
     "set_role",
 ]
 
-USER_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+_UNPRINTABLE = r"\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+"""Control characters (C0, DEL, C1: a terminal escape), the bidirectional overrides
+and isolates (a name that prints reversed) and lone surrogates (not storable)."""
+
+USER_NAME = re.compile(f"[^{_UNPRINTABLE}]{{1,128}}")
 """A user name: 1 to 128 printable characters."""
 
-EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,255}")
+EMAIL = re.compile(f"[^@\\s{_UNPRINTABLE}]{{1,64}}@[^@\\s{_UNPRINTABLE}]{{1,255}}")
+"""An email address as far as nbcast checks it: a local part, ``@``, a domain, none
+with spaces or unprintable characters."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,11 +150,26 @@ def _admins(session: sa.orm.Session, tenant_id: int) -> int:
     )
 
 
+def _serialize(session: sa.orm.Session, what: str, key: str = "") -> None:
+    """Hold, until the transaction ends, the PostgreSQL advisory lock of ``what`` (the
+    members of tenant ``key``, or the operators): "never the last admin" and "never
+    the last operator" are counts, and two changes counted at once under READ
+    COMMITTED would each leave the other's last one. Taken before the caller's own role
+    is read, so a change made meanwhile is seen. (SQLite serializes writers itself: a
+    transaction that read before another's commit fails to write.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext(:what), hashtext(:key))"),
+            {"what": f"nbcast.{what}", "key": key},
+        )
+
+
 def set_role(db: Database, clock: Clock, caller: Caller, name: str, role: str) -> MemberRecord:
     """Give member ``name`` of the caller's tenant ``role`` (admin only)."""
     wanted = _role(role)
     now = clock.now()
     with db.session() as session:
+        _serialize(session, "members", caller.tenant)
         membership = require(session, caller, Role.admin, "changing a role", now)
         tenant = membership.tenant
         user = session.scalar(sa.select(User).where(User.tenant_id == tenant.id, User.name == name))
@@ -175,6 +196,7 @@ def remove_member(db: Database, clock: Clock, caller: Caller, name: str) -> None
     """Remove ``name`` from the caller's tenant (admin only; never the last admin)."""
     now = clock.now()
     with db.session() as session:
+        _serialize(session, "members", caller.tenant)
         membership = require(session, caller, Role.admin, "removing a member", now)
         tenant = membership.tenant
         user = session.scalar(sa.select(User).where(User.tenant_id == tenant.id, User.name == name))
@@ -210,9 +232,13 @@ def grant_operator(db: Database, clock: Clock, caller: Caller, name: str) -> boo
     name = _name(name)
     now = clock.now()
     with db.session() as session:
+        _serialize(session, "operators")
         require_operator(session, caller, "granting the operator role", now)
         if session.get(Operator, name) is not None:
             return False
+        if session.scalar(sa.select(User.id).where(User.name == name).limit(1)) is None:
+            # An operator nobody is yet could be taken by whoever names themselves so.
+            raise NotFoundError(f"{clip(name)} is a member of no tenant; add them first")
         session.add(Operator(name=name, granted_at=now, granted_by=caller.user))
         tenant = require(session, caller, Role.viewer, "granting the operator role", now).tenant
         audit.record(
@@ -230,6 +256,7 @@ def revoke_operator(db: Database, clock: Clock, caller: Caller, name: str) -> No
     """Take the operator role from ``name`` (operators only; never the last one)."""
     now = clock.now()
     with db.session() as session:
+        _serialize(session, "operators")
         require_operator(session, caller, "revoking the operator role", now)
         row = session.get(Operator, name)
         if row is None:

@@ -123,8 +123,8 @@ def set_quota(session: Session, name: str, **values: Any) -> Tenant:
         elif (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
+            or not 0 < value <= QUOTA_BOUNDS[field]  # compared first: a huge int has no float
             or not math.isfinite(value)
-            or not 0 < value <= QUOTA_BOUNDS[field]
             or (QUOTA_FIELDS[field] is int and not isinstance(value, int))
         ):
             raise ConfigError(
@@ -187,7 +187,7 @@ def create_tenant(
         if admin is not None:
             from nbcast.governance.members import USER_NAME
 
-            if not USER_NAME.fullmatch(admin):
+            if not USER_NAME.fullmatch(admin) or admin != admin.strip():
                 raise ConfigError(f"admin {clip(admin)} must be 1-128 printable characters")
             session.add(
                 User(
