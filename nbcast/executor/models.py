@@ -179,6 +179,7 @@ class Run(Base):
             sqlite_where=sa.text("state = 'QUEUED'"),
         ),
         sa.Index("ix_runs_tenant_fire", "tenant_id", "fire_at", "id"),
+        sa.Index("ix_runs_definition_fire", "definition_id", "fire_at"),
         sa.Index(
             "ix_runs_rerun_of",
             "rerun_of",

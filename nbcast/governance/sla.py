@@ -381,23 +381,19 @@ def _windows(session: Session, version_ids: Iterable[int]) -> dict[int, timedelt
     return windows
 
 
-def _deliveries(
-    session: Session, c: _Candidate, rows: Sequence[SlotRow], until: datetime
-) -> dict[int, list[Sent]]:
-    """The deliveries of each row, its reruns' included (a rerun asked for by
-    ``until``, the last deadline, could have delivered in time)."""
+def _deliveries(session: Session, rows: Sequence[SlotRow]) -> dict[int, list[Sent]]:
+    """The deliveries of each row, its reruns' included (a rerun that delivered by the
+    deadline keeps the slot's promise; :func:`judge` compares the times)."""
     ids = [r.id for r in rows]
     owner = {i: i for i in ids}
     if rows:
         for start in range(0, len(ids), _IN_CHUNK):
             chunk = ids[start : start + _IN_CHUNK]
+            # By rerun_of alone (its partial index): reruns of the tenant's own rows
+            # are the tenant's; one too late to count is judged by its sent_at.
             reruns = session.execute(
                 sa.select(Run.id, Run.rerun_of).where(
-                    Run.tenant_id == c.tenant_id,
-                    Run.fire_at >= rows[0].fire_at,
-                    Run.fire_at <= until,
-                    Run.kind == RunKind.rerun.value,
-                    Run.rerun_of.in_(chunk),
+                    Run.rerun_of.in_(chunk), Run.kind == RunKind.rerun.value
                 )
             )
             for rerun_id, original in reruns:
@@ -434,11 +430,7 @@ def _check_definition(
             return 0, 0, False
         rows, more = _slot_rows(session, c, checked, horizon, limit)
         windows = _windows(session, (r.version_id for r in rows))
-        last_deadline = max(
-            (r.fire_at + (windows.get(r.version_id) or timedelta(0)) for r in rows),
-            default=now,
-        )
-        sent = _deliveries(session, c, rows, min(last_deadline, now))
+        sent = _deliveries(session, rows)
         mark, stopped, judged = checked, False, 0
         misses: list[dict[str, Any]] = []
         channel, to = alert_route(environ, c.owner_email)
