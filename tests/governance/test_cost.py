@@ -18,7 +18,6 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.access import Caller
-from nbcast.cli import main
 from nbcast.clock import format_instant
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
@@ -28,6 +27,7 @@ from nbcast.executor.models import Run, RunAttempt, WarehouseUsage
 from nbcast.governance.cost import CostReport, cost_report, plot_report
 from nbcast.governance.models import Operator
 from nbcast.governance.retention import run_retention, set_retention
+from tests.governance.cli import act_as
 from tests.governance.history import START, History, make_history, store_files, table_counts
 from tests.members import grant
 
@@ -179,15 +179,6 @@ def test_the_plot_is_deterministic(history: History, db: Database, tmp_path: Pat
 # -- the command line -------------------------------------------------------------------
 
 
-def _cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, user: str, *argv: str
-) -> tuple[int, str, str]:
-    monkeypatch.setenv("NBCAST_USER", user)
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_cost_report_json_table_and_plot(
     history: History,
     db: Database,
@@ -200,13 +191,13 @@ def test_cli_cost_report_json_table_and_plot(
 
     monkeypatch.setenv("NBCAST_CLOCK", f"fixed:{format_instant(history.clock.now())}")
     period = ["--from", FIRST.isoformat(), "--to", LAST.isoformat()]
-    code, out, err = _cli(capsys, monkeypatch, "val", "cost", "report", *period, "--json")
+    code, out, err = act_as(capsys, monkeypatch, "val", "cost", "report", *period, "--json")
     assert (code, err) == (0, "")
     printed = json.loads(out)
     assert printed["rows"] == _report(db).to_json()["rows"]
     assert "count as 0" in printed["note"]
     plot = tmp_path / "cost.png"
-    code, out, err = _cli(
+    code, out, err = act_as(
         capsys, monkeypatch, "val", "cost", "report", *period, "--plot", str(plot)
     )
     assert (code, err) == (0, "")
@@ -221,7 +212,7 @@ def test_cli_cost_report_json_table_and_plot(
     history.plane.succeed("kpi", tenant="globex")
     monkeypatch.setenv("NBCAST_CLOCK", f"fixed:{format_instant(history.clock.now())}")
     end = ["--from", FIRST.isoformat(), "--to", (history.clock.now().date()).isoformat()]
-    code, out, err = _cli(
+    code, out, err = act_as(
         capsys, monkeypatch, "gil", "--tenant", "globex", "cost", "report", *end, "--json"
     )
     assert (code, err) == (0, "")
@@ -275,7 +266,7 @@ def test_cli_cost_report_refuses_bad_input_writing_nothing(
     with db.session() as session:  # an operator: nobody is made one by acting
         session.add(Operator(name="t", granted_at=START, granted_by="test"))
     tables, files = table_counts(db), store_files(nbcast_home)
-    code, out, err = _cli(capsys, monkeypatch, user, "cost", "report", *argv)
+    code, out, err = act_as(capsys, monkeypatch, user, "cost", "report", *argv)
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()

@@ -18,12 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.access import Caller
-from nbcast.cli import main
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.errors import ConflictError
 from nbcast.governance.members import revoke_operator, set_role
 from nbcast.governance.models import Operator, User
+from tests.governance.cli import act_as
 from tests.governance.history import table_counts
 from tests.members import grant
 
@@ -104,15 +104,6 @@ def test_two_operators_revoking_each_other_at_once_leave_one(db: Database) -> No
         assert isinstance(refused, ConflictError) or "operator" in str(refused)
 
 
-def _cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, user: str, *argv: str
-) -> tuple[int, str, str]:
-    monkeypatch.setenv("NBCAST_USER", user)
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _refused(result: tuple[int, str, str]) -> str:
     code, out, err = result
     assert code == 2, (code, out, err)
@@ -166,7 +157,7 @@ def test_hostile_governance_input_is_one_line_and_writes_nothing(
     argv: list[str],
 ) -> None:
     tables = table_counts(members)
-    line = _refused(_cli(capsys, monkeypatch, "ada", *argv))
+    line = _refused(act_as(capsys, monkeypatch, "ada", *argv))
     assert len(line) <= 400
     assert table_counts(members) == tables
 
@@ -178,7 +169,7 @@ def test_a_refused_export_creates_no_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     target = tmp_path / "trail.jsonl"
-    line = _refused(_cli(capsys, monkeypatch, "val", "audit", "export", "-o", str(target)))
+    line = _refused(act_as(capsys, monkeypatch, "val", "audit", "export", "-o", str(target)))
     assert "admin" in line
     assert not target.exists()
 
@@ -194,10 +185,10 @@ def test_a_plot_is_never_written_through_a_planted_link(
     link = tmp_path / "chart.png"
     link.symlink_to(victim)
     argv = ["cost", "report", "--from", "2026-10-01", "--to", "2026-10-09", "--plot", str(link)]
-    _refused(_cli(capsys, monkeypatch, "val", *argv))
+    _refused(act_as(capsys, monkeypatch, "val", *argv))
     assert victim.read_text() == "keep me"
     fresh = tmp_path / "fresh.png"
-    code, _, err = _cli(capsys, monkeypatch, "val", *argv[:-1], str(fresh))
+    code, _, err = act_as(capsys, monkeypatch, "val", *argv[:-1], str(fresh))
     assert code == 0, err
     assert fresh.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.stat(fresh).st_mode & 0o777 == 0o600

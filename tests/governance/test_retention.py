@@ -19,7 +19,6 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.access import Caller
-from nbcast.cli import main
 from nbcast.clock import format_instant
 from nbcast.db import Base, Database, import_models
 from nbcast.definitions.models import ReportDefinition
@@ -37,6 +36,7 @@ from nbcast.governance.retention import (
     set_retention,
 )
 from nbcast.governance.retention_plan import check_policy
+from tests.governance.cli import act_as
 from tests.governance.history import (
     SHARED,
     START,
@@ -394,7 +394,7 @@ def test_cli_uses_the_configured_store_with_a_tenant_option(
     monkeypatch.setenv("NBCAST_ARTIFACTS", str(elsewhere / "artifacts"))
     monkeypatch.setenv("NBCAST_CLOCK", f"fixed:{format_instant(history.clock.now())}")
     files = store_files(elsewhere)
-    code, out, err = _cli(
+    code, out, err = act_as(
         capsys, monkeypatch, "t", "--tenant", "default", "retention", "apply", "--json"
     )
     assert (code, err) == (0, "")
@@ -480,15 +480,6 @@ def test_the_store_deletes_idempotently_and_says_sizes(tmp_path: Path) -> None:
 # -- the command line -------------------------------------------------------------------
 
 
-def _cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, user: str, *argv: str
-) -> tuple[int, str, str]:
-    monkeypatch.setenv("NBCAST_USER", user)
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
 def old_history(
     db: Database, use_db: str, nbcast_home: Path, monkeypatch: pytest.MonkeyPatch
@@ -535,7 +526,7 @@ def test_cli_refuses_bad_input_and_viewers_writing_nothing(
     history for all the cases: a refused apply would have deleted all of it)."""
     for case, user, argv, message in REFUSED:
         tables, files = table_counts(db), store_files(nbcast_home)
-        code, out, err = _cli(capsys, monkeypatch, user, "retention", *argv)
+        code, out, err = act_as(capsys, monkeypatch, user, "retention", *argv)
         lines = err.strip().splitlines()
         assert (code, out, len(lines)) == (2, "", 1), case
         assert lines[0].startswith("error: "), case
@@ -551,12 +542,12 @@ def test_cli_set_show_and_apply(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    code, out, _ = _cli(
+    code, out, _ = act_as(
         capsys, monkeypatch, "ann", "retention", "set", "--artifacts-days", "2", "--rows-days", "3"
     )
     assert code == 0
     assert "artifacts 2 days, rows 3 days" in out
-    code, out, _ = _cli(capsys, monkeypatch, "val", "retention", "show", "--json")
+    code, out, _ = act_as(capsys, monkeypatch, "val", "retention", "show", "--json")
     assert (code, json.loads(out)) == (
         0,
         {"tenant": "default", "artifacts_days": 2, "rows_days": 3},
@@ -568,7 +559,7 @@ def test_cli_set_show_and_apply(
     assert [e.actor for e in changed] == ["t", "ann"]
 
     tables, files = table_counts(db), store_files(nbcast_home)
-    code, out, err = _cli(capsys, monkeypatch, "ann", "retention", "apply", "--dry-run", "--json")
+    code, out, err = act_as(capsys, monkeypatch, "ann", "retention", "apply", "--dry-run", "--json")
     assert (code, err) == (0, "")
     (dry,) = json.loads(out)
     assert dry["dry_run"] is True
@@ -576,12 +567,12 @@ def test_cli_set_show_and_apply(
     assert dry["artifacts"] > 0
     assert table_counts(db) == tables
     assert store_files(nbcast_home) == files
-    code, out, err = _cli(capsys, monkeypatch, "ann", "retention", "apply", "--dry-run")
+    code, out, err = act_as(capsys, monkeypatch, "ann", "retention", "apply", "--dry-run")
     assert (code, err) == (0, "")
     assert "would be deleted" in out
     assert table_counts(db) == tables
 
-    code, out, err = _cli(capsys, monkeypatch, "ann", "retention", "apply", "--json")
+    code, out, err = act_as(capsys, monkeypatch, "ann", "retention", "apply", "--json")
     assert (code, err) == (0, "")
     (done,) = json.loads(out)
     for name in ("runs", "deliveries", "artifact_runs", "references", "artifacts", "bytes"):
@@ -596,6 +587,6 @@ def test_cli_set_show_and_apply(
         )
     assert actors == {"ann"}
     # An operator applies it to every tenant with a policy.
-    code, out, err = _cli(capsys, monkeypatch, "t", "retention", "apply", "--all-tenants")
+    code, out, err = act_as(capsys, monkeypatch, "t", "retention", "apply", "--all-tenants")
     assert (code, err) == (0, "")
     assert "default" in out
