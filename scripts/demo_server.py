@@ -71,15 +71,31 @@ def _tampered(url: str) -> str:
     return f"{head}/{token[:middle]}{swapped}{token[middle + 1 :]}"
 
 
-def _first_unsubscribe(mail_files: Sequence[Path]) -> tuple[str, str, str]:
-    """(recipient, subject, one-click URL) of the first email that carries one."""
+def _first_unsubscribe(
+    mail_files: Sequence[Path], deliveries: list[dict[str, Any]]
+) -> tuple[str, str, str, str]:
+    """(recipient, subject, one-click URL, report) of the first email that carries one,
+    to the only email recipient of its report: the extra run then sends no other email
+    (the local mailbox is closed by now), and has one audience, so its run id is the
+    one whose delivery is checked."""
+    emailed: dict[str, set[str]] = {}
+    for d in deliveries:
+        if d["channel"] == "email":
+            emailed.setdefault(d["report"], set()).add(d["recipient"])
     for path in mail_files:
         mail = message_from_bytes(path.read_bytes(), policy=default_policy)
         header = str(mail.get("List-Unsubscribe", ""))
         urls = [part.strip(" <>") for part in header.split(",") if "http" in part]
-        if urls and "One-Click" in str(mail.get("List-Unsubscribe-Post", "")):
-            return str(mail["To"]), str(mail["Subject"]), urls[0]
-    raise SystemExit("demo failed: no email carried a one-click List-Unsubscribe header")
+        if not urls or "One-Click" not in str(mail.get("List-Unsubscribe-Post", "")):
+            continue
+        to = str(mail["To"])
+        alone = [report for report, people in sorted(emailed.items()) if people == {to}]
+        if alone:
+            return to, str(mail["Subject"]), urls[0], alone[0]
+    raise SystemExit(
+        "demo failed: no email to a report's only email recipient carried a one-click "
+        "List-Unsubscribe header"
+    )
 
 
 def serve_and_check(
@@ -117,12 +133,7 @@ def serve_and_check(
     try:
         # While the server starts: one more run of the report whose first email will be
         # unsubscribed, executed now and delivered after the unsubscribe.
-        recipient, subject, unsubscribe = _first_unsubscribe(mail_files)
-        report = next(
-            d["report"]
-            for d in deliveries
-            if d["channel"] == "email" and d["recipient"] == recipient and d["state"] == "SENT"
-        )
+        recipient, subject, unsubscribe, report = _first_unsubscribe(mail_files, deliveries)
         run = json.loads(nbcast("run", report, "--json", env=env))
         nbcast("worker", "--exit-when-idle", "--no-warm-kernels", env=env, timeout=300)
         _wait_ready(server, log, base_url, token)
