@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -166,11 +167,31 @@ def test_the_embedded_worker_executes_a_run_queued_through_the_cli(server: LiveS
     ]
 
 
+def _freeze_outside_a_write(pid: int, database: Path) -> None:
+    """SIGSTOP ``pid`` (frozen: it cannot claim what is queued next) at a moment it
+    holds no SQLite write lock: frozen inside a write transaction it would lock every
+    other writer out (the CLI's queueing too) until it is killed. A frozen worker is let
+    go and stopped again until a write of our own gets through at once."""
+    for _ in range(100):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(database, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:  # it holds the write lock: let it finish
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    pytest.fail("the worker always held the database's write lock")
+
+
 def test_a_worker_killed_while_a_run_is_queued_is_restarted_and_the_run_succeeds_once(
     server: LiveServer,
 ) -> None:
     before = snapshot(server)["worker"]
-    os.kill(before["pid"], signal.SIGSTOP)  # frozen: it cannot claim what is queued next
+    _freeze_outside_a_write(before["pid"], server.home / "nbcast.db")
     run_id = queue_run(server)
     assert nbcast(server, "runs", "show", str(run_id))["state"] == "QUEUED"
     os.kill(before["pid"], signal.SIGKILL)
