@@ -9,7 +9,10 @@ export RAY_USAGE_STATS_ENABLED := 0
 # The demo's and the tests' Ray clusters live on loopback only: no token auth.
 export RAY_AUTH_MODE := disabled
 # The suite runs in pytest-xdist workers: more than the 2 cores, since most tests
-# wait on kernels, servers, browsers and the database rather than compute.
+# wait on kernels, servers, browsers and the database rather than compute. A test file
+# stays in one worker (--dist loadfile), so its module fixtures (live servers, delivered
+# reports) start once. (--dist loadgroup would also gather the Ray tests of three files,
+# but xdist 3.8 marks groups by rewriting item._nodeid, which pytest 9 no longer reads.)
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
@@ -57,7 +60,7 @@ test: install lake chromium
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 	cd notebooks/examples && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax -q .
 
 lint: install

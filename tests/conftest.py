@@ -29,24 +29,6 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n $(TEST_WORKERS) --dist loadgroup``, 3
-    workers by default) a module's tests run in one worker, so its module-scoped
-    fixtures (live servers, delivered reports) start once; and every test that uses
-    the Ray cluster runs in one worker too: the cluster is a session fixture, started
-    once, and ``ray stop --force`` at its end stops every Ray process on the machine."""
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params.values() if callspec is not None else ()
-        uses_ray = "ray_cluster" in fixtures or item.get_closest_marker("ray") is not None
-        if uses_ray or any(value == "ray" for value in params):
-            group = "ray"
-        else:
-            group = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def example_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example lake (``make lake``), generated into a temporary folder if missing."""
@@ -141,6 +123,32 @@ def use_db(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return db_url
 
 
+def _stop_cluster(temp: Path) -> None:
+    """Stop this cluster's processes only — those whose command line names its temp
+    folder — not ``ray stop --force``, which stops every Ray process on the machine,
+    another pytest-xdist worker's cluster included."""
+    import signal
+    import time
+
+    def pids() -> list[int]:
+        listing = subprocess.run(
+            ["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=False
+        ).stdout
+        return [
+            int(line.split(None, 1)[0])
+            for line in listing.splitlines()
+            if str(temp) in line and int(line.split(None, 1)[0]) != os.getpid()
+        ]
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real two-node Ray cluster on this machine, started once per test session.
@@ -200,6 +208,6 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.fail(f"second Ray node failed: {second.stderr[-500:]}")
         yield address
     finally:
-        subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(temp)
         shutil.rmtree(temp, ignore_errors=True)
         tmp_path_factory.getbasetemp()
