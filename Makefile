@@ -16,7 +16,20 @@ export RAY_AUTH_MODE := disabled
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: demo docs-images test lint typecheck install lake clean bench chromium
+.PHONY: demo docs-images test lint typecheck install lake clean bench chromium labextension
+
+# The JupyterLab extension (labextension/, TypeScript) is built with jlpm — the yarn
+# that jupyterlab ships, from the PyPI package jupyter-builder — into nbcast/labextension,
+# which the wheel ships as a prebuilt extension. It is rebuilt only when its sources
+# change (the stamp), and the venv's installed copy refreshed, so a change of the
+# TypeScript costs one build, not a reinstall. Needs Node.js >= 20.19 and the npm
+# registry (or jlpm's cache); a user installing the wheel needs neither.
+LABEXT := labextension
+LABEXT_STAMP := $(VENV)/.labextension
+LABEXT_SHARE := $(VENV)/share/jupyter/labextensions/nbcast
+LABEXT_SRC := $(shell find $(LABEXT)/src $(LABEXT)/style $(LABEXT)/schema -type f 2>/dev/null) \
+  $(addprefix $(LABEXT)/,package.json yarn.lock tsconfig.json .yarnrc.yml)
+JLPM := cd $(LABEXT) && PATH="$(CURDIR)/$(BIN):$$PATH" $(CURDIR)/$(BIN)/jlpm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,15 +40,26 @@ $(BIN)/python:
 # process re-compile its imports (seconds for ray/sqlalchemy/jupyter). The package
 # rfc3987-syntax is removed: jsonschema only uses it when present, and importing it
 # builds a grammar that costs ~3 s in every papermill run, Ray worker and pytest start.
-$(STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+$(LABEXT_STAMP): $(LABEXT_SRC) | $(BIN)/python
+	$(BIN)/uv pip install --quiet --python $(BIN)/python 'jupyter-builder>=1.3,<2'
+	$(JLPM) install --immutable
+	$(JLPM) build:prod
+	if [ -d $(LABEXT_SHARE) ]; then rm -rf $(LABEXT_SHARE) && cp -r nbcast/labextension $(LABEXT_SHARE) && cp install.json $(LABEXT_SHARE)/; fi
+	touch $@
+
+labextension: $(LABEXT_STAMP)
+
+# The editable install copies the built extension into the venv (SKIP_JUPYTER_BUILDER:
+# the stamp above has built it; the hook would build it again).
+$(STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python $(LABEXT_STAMP)
+	SKIP_JUPYTER_BUILDER=1 $(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
 	$(BIN)/uv pip install --python $(BIN)/python -e tests/plugin
 	$(BIN)/uv pip uninstall --python $(BIN)/python rfc3987-syntax 2>/dev/null || true
 	$(BIN)/python -m compileall -q -j 0 nbcast "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nbcast)" >/dev/null
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(LABEXT_STAMP)
 
 $(LAKE): notebooks/examples/lake/generate.py | $(STAMP)
 	$(BIN)/python notebooks/examples/lake/generate.py
@@ -57,6 +81,7 @@ chromium:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 test: install lake chromium
+	$(JLPM) test
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 	$(BIN)/mypy
@@ -71,4 +96,4 @@ typecheck: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache nbcast/labextension $(LABEXT)/lib

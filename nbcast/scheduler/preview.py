@@ -133,11 +133,14 @@ def preview(
     dst_gap: str = "auto",
     dst_fold: str = "auto",
     limit: int = MAX_PREVIEW_SLOTS,
+    notes: bool = False,
 ) -> list[PreviewRow]:
     """The slots firing in ``[range_from, range_to)``, in fire order, as JSON-ready rows.
 
     Give either a ``spec`` or ``cron``/``every`` with ``tz`` and the DST policies (the
     CLI's options, as strings). ``start`` is the anchor instant of an ``every`` schedule.
+    With ``notes``, each row also has ``note``: what DST does to that slot, or None
+    (:func:`~nbcast.scheduler.upcoming.dst_note`; the API's rows have it, the CLI's not).
     Raises :class:`~nbcast.errors.ScheduleError` (one line) for an unparseable cron or
     duration, an unknown zone, ``range_from >= range_to``, or more than ``limit`` slots.
     """
@@ -162,7 +165,17 @@ def preview(
             f"more than {limit:,} slots between {low.isoformat()} and {high.isoformat()}; "
             "narrow the range"
         )
-    return [slot_row(slot) for slot in slots]
+    rows = [slot_row(slot) for slot in slots]
+    if notes and spec.cron is not None:
+        from nbcast.scheduler.upcoming import slot_notes
+
+        zone = load_zone(spec.timezone)
+        for row, note in zip(rows, slot_notes(schedule, slots, zone), strict=True):
+            row["note"] = note
+    elif notes:
+        for row in rows:
+            row["note"] = None
+    return rows
 
 
 def preview_definition(

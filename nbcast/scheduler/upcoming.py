@@ -15,6 +15,7 @@ night what the schedule will do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -23,9 +24,15 @@ from zoneinfo import ZoneInfo
 
 from nbcast.clock import format_instant
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import Slot, SlotStatus, compile_schedule, load_zone
+from nbcast.scheduler.compiler import (
+    CompiledSchedule,
+    Slot,
+    SlotStatus,
+    compile_schedule,
+    load_zone,
+)
 
-__all__ = ["MAX_UPCOMING", "UpcomingFire", "dst_note", "upcoming"]
+__all__ = ["MAX_UPCOMING", "UpcomingFire", "dst_note", "slot_notes", "upcoming"]
 
 MAX_UPCOMING = 100
 """Fire times one call returns at most."""
@@ -111,14 +118,7 @@ def upcoming(spec: ScheduleSpec, after: datetime, count: int = 3) -> list[Upcomi
         far = datetime.max.replace(tzinfo=UTC)
     start = after + timedelta(microseconds=1)
     slots = list(islice(schedule.slots(start, far), count))
-    cron = spec.cron is not None
-
-    def fires_both(slot: Slot) -> bool:
-        """Whether the second pass of ``slot``'s wall time fires too (within the
-        three hours a fold can span)."""
-        later = schedule.slots(slot.fire_at, slot.fire_at + timedelta(hours=3))
-        return any(s.key == f"{slot.key}~2" for s in later)
-
+    notes = slot_notes(schedule, slots, zone) if spec.cron is not None else [None] * len(slots)
     return [
         UpcomingFire(
             slot_key=slot.key,
@@ -126,7 +126,27 @@ def upcoming(spec: ScheduleSpec, after: datetime, count: int = 3) -> list[Upcomi
             fire_at=slot.fire_at.astimezone(UTC),
             status=slot.status.value,
             reason=slot.reason,
-            note=dst_note(slot, zone, both=fires_both(slot)) if cron else None,
+            note=note,
         )
-        for slot in slots
+        for slot, note in zip(slots, notes, strict=True)
     ]
+
+
+def slot_notes(
+    schedule: CompiledSchedule, slots: Sequence[Slot], zone: ZoneInfo
+) -> list[str | None]:
+    """The DST note of each of a cron schedule's ``slots`` (:func:`dst_note`). An
+    interval (``every``) schedule moves in absolute time and has none."""
+
+    def fires_both(slot: Slot) -> bool:
+        """Whether the second pass of ``slot``'s wall time fires too (within the
+        three hours a fold can span)."""
+        later = schedule.slots(slot.fire_at, slot.fire_at + timedelta(hours=3))
+        return any(s.key == f"{slot.key}~2" for s in later)
+
+    def in_fold(slot: Slot) -> bool:
+        first, second = _passes(slot.wall, zone)
+        return first.utcoffset() != second.utcoffset()
+
+    # Only a wall time that happens twice needs the look-ahead (most slots are not).
+    return [dst_note(slot, zone, both=in_fold(slot) and fires_both(slot)) for slot in slots]

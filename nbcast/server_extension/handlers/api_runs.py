@@ -299,14 +299,22 @@ def require_run_tenant(session: Session, caller: Caller, run_id: int) -> None:
 _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def send_attachment(handler: ApiHandler, data: bytes, media_type: str, filename: str) -> None:
+def send_attachment(
+    handler: ApiHandler, data: bytes, media_type: str, filename: str, *, inline: bool = False
+) -> None:
     """Answer ``data`` as a download: an attachment the browser saves, never renders
-    as this origin's page (module docstring)."""
+    as this origin's page (module docstring). With ``inline``, HTML and PDF are shown
+    in the browser instead, under the signed links' policies (HTML sandboxed: no
+    script runs, nothing is fetched); other files still download."""
+    from nbcast.server_extension.handlers.links import shown_policy
+
     safe = _FILENAME_UNSAFE.sub("_", filename).strip("._")[:120] or "download"
+    policy, shown = shown_policy(media_type) if inline else ("sandbox", False)
     handler.set_status(200)
-    handler.set_header("Content-Disposition", f'attachment; filename="{safe}"')
+    disposition = "inline" if shown else "attachment"
+    handler.set_header("Content-Disposition", f'{disposition}; filename="{safe}"')
     handler.set_header("X-Content-Type-Options", "nosniff")
-    handler.set_header("Content-Security-Policy", "sandbox")
+    handler.set_header("Content-Security-Policy", policy)
     handler.set_header("Cache-Control", "private, no-store")
     # jupyter-server's APIHandler.finish sets the type (application/json unless told).
     handler.finish(data, set_content_type=media_type)
@@ -569,6 +577,16 @@ class RunNotebookHandler(_RunBase):
                 {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID},
                 description="A rendition id from the run's `renditions`",
             ),
+            Param(
+                "disposition",
+                schema={
+                    "type": "string",
+                    "enum": ["attachment", "inline"],
+                    "default": "attachment",
+                },
+                description="inline: show HTML (sandboxed) and PDF in the browser; other "
+                "files download either way",
+            ),
         ),
         media="application/octet-stream",
     ),
@@ -582,8 +600,11 @@ class RunRenditionHandler(RunNotebookHandler):
         self.caller  # noqa: B018
         number = self.run_id(run_id)
         rendition = self.path_int("rendition_id", rendition_id)
+        disposition = self.query("disposition", max_length=16) or "attachment"
+        if disposition not in ("attachment", "inline"):
+            raise ApiError(400, "disposition must be attachment or inline", field="disposition")
         media, filename, data = await self.call(self._rendition, number, rendition)
-        send_attachment(self, data, media, filename)
+        send_attachment(self, data, media, filename, inline=disposition == "inline")
 
     def _rendition(self, run_id: int, rendition_id: int) -> tuple[str, str, bytes]:
         detail = self.detail(run_id)

@@ -18,9 +18,12 @@ query parameter    CLI option             meaning
 ``limit``          —                      the most slots (1 to 10,000; default 1,000)
 =================  =====================  ===========================================
 
-A bare date is the start of that day in ``tz``. A published definition's preview
-(``--definition``) is ``GET /nbcast/api/v1/definitions/{name}/preview``. Every
-problem (a bad cron, an unknown zone, more slots than ``limit``) is a 400 naming it.
+Each row also has ``note``: what DST does to that slot ("02:30 does not exist on
+2026-03-08 (clocks go forward): runs at 03:00 EDT"), or null on an ordinary day — the
+JupyterLab dialog shows it next to the fire time. A bare date is the start of that
+day in ``tz``. A published definition's preview (``--definition``) is
+``GET /nbcast/api/v1/definitions/{name}/preview``. Every problem (a bad cron, an
+unknown zone, more slots than ``limit``) is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -39,13 +42,31 @@ from nbcast.server_extension.handlers.api_definition_actions import (
     DEFAULT_PREVIEW,
     MAX_PREVIEW,
     PREVIEW_LIMIT,
-    PREVIEW_SLOT,
     range_query,
 )
 from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
-__all__ = ["SchedulePreviewHandler"]
+__all__ = ["PREVIEW_SLOT_WITH_NOTE", "SchedulePreviewHandler"]
+
+PREVIEW_SLOT_WITH_NOTE = schema(
+    "PreviewSlotWithNote",
+    {
+        "type": "object",
+        "description": "A previewed slot with what DST does to it (`note`, null on an "
+        "ordinary day).",
+        "required": ["slot_key", "local", "fire_at", "status", "reason", "note"],
+        "properties": {
+            "slot_key": {"type": "string"},
+            "local": {"type": "string", "format": "date-time"},
+            "fire_at": {"type": "string", "format": "date-time"},
+            "status": {"type": "string", "enum": ["scheduled", "skipped"]},
+            "reason": {"type": ["string", "null"]},
+            "note": {"type": ["string", "null"]},
+        },
+    },
+)
 
 _GAPS = ("auto", "shift", "skip")
 _FOLDS = ("auto", "first", "last", "both")
@@ -77,7 +98,7 @@ _FOLDS = ("auto", "first", "last", "both")
             Param("dst_fold", schema={"type": "string", "enum": list(_FOLDS), "default": "auto"}),
             PREVIEW_LIMIT,
         ),
-        response={"type": "array", "items": PREVIEW_SLOT},
+        response={"type": "array", "items": PREVIEW_SLOT_WITH_NOTE},
         errors=(400, 403),
     ),
 )
@@ -135,4 +156,5 @@ def _preview(
         range_from=range_from,
         range_to=range_to,
         limit=limit,
+        notes=True,
     )

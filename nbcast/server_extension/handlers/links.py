@@ -193,6 +193,15 @@ def page(title: str, detail: str, body: str = "") -> str:
     )
 
 
+def shown_policy(media_type: str) -> tuple[str, bool]:
+    """The Content-Security-Policy of a rendition shown in the browser, and whether it
+    is shown inline: HTML (sandboxed, no script) and PDF are; other files download."""
+    kind = media_type.split(";", 1)[0].strip().lower()
+    if kind in _HTML_TYPES:
+        return HTML_POLICY, True
+    return FILE_POLICY, kind in _INLINE_TYPES
+
+
 def content_disposition(filename: str, *, inline: bool) -> str:
     """``inline``/``attachment`` with the file name, ASCII and RFC 5987 forms."""
     fallback = "".join(
@@ -243,12 +252,8 @@ class LinkHandler(PublicHandler):
         except LinkRefused as exc:
             raise self.refusal(exc) from None
         try:
-            media_type = opened.media_type.split(";", 1)[0].strip().lower()
-            if media_type in _HTML_TYPES:
-                self.set_header("Content-Security-Policy", HTML_POLICY)
-            else:
-                self.set_header("Content-Security-Policy", FILE_POLICY)
-            inline = media_type in _HTML_TYPES or media_type in _INLINE_TYPES
+            policy, inline = shown_policy(opened.media_type)
+            self.set_header("Content-Security-Policy", policy)
             self.set_header("Content-Type", _with_charset(opened.media_type))
             self.set_header("Content-Length", str(size))
             self.set_header(

@@ -1,0 +1,199 @@
+/**
+ * The panel's actions that open something: "Run now" with a parameter form, "Backfill"
+ * with a range, and the main-area tabs for a diff of two versions (nbcast's
+ * server-side rendering of nbdime's diff) and a run's executed notebook (read-only).
+ */
+import { Dialog, MainAreaWidget, Notification } from '@jupyterlab/apputils';
+import { IFrame, ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { api, diffPage, runNotebookPage, type DefinitionDetail, type RunDetail } from './api';
+import { FieldError, ParameterRows } from './components';
+import { parameterInputs, parameterValues, type ParameterInput } from './form/model';
+
+/** A dialog whose accept button runs `submit` and closes only when it succeeds. */
+class CheckedDialog extends Dialog<void> {
+  constructor(
+    options: Partial<Dialog.IOptions<void>>,
+    private readonly _submit: () => Promise<boolean>
+  ) {
+    super(options);
+  }
+
+  resolve(index?: number): void {
+    if ((index ?? 1) !== 1) {
+      super.resolve(index);
+      return;
+    }
+    void this._submit().then(ok => {
+      if (ok) super.resolve(index);
+    });
+  }
+}
+
+class RunNowBody extends ReactWidget {
+  inputs: ParameterInput[];
+  errors: Record<string, string> = {};
+
+  constructor(readonly definition: DefinitionDetail) {
+    super();
+    this.addClass('nbcast-RunNow');
+    // The form starts from the version's own values (bindings included).
+    this.inputs = parameterInputs(definition.parameters, (definition.nbcast?.parameters as any) ?? {});
+  }
+
+  async submit(): Promise<boolean> {
+    const errors: Record<string, string> = {};
+    const values = parameterValues(this.inputs, this.definition.parameters, errors);
+    this.errors = errors;
+    if (Object.keys(errors).length) {
+      this.update();
+      return false;
+    }
+    try {
+      const created = await api.runNow(this.definition.definition, values);
+      Notification.success(`${this.definition.definition}: run ${created.run_ids.join(', ')} queued`, {
+        autoClose: 4000
+      });
+      return true;
+    } catch (e) {
+      // The server names the parameter in its message ("top_n: 'x' is not an int").
+      const message = e instanceof Error ? e.message : String(e);
+      const named = this.definition.parameters.find(p => message.includes(p.name))?.name;
+      this.errors = { [named ? `parameter:${named}` : 'general']: message };
+      this.update();
+      return false;
+    }
+  }
+
+  render(): JSX.Element {
+    return (
+      <div className="nbcast-Form">
+        <p className="nbcast-Hint">
+          A manual run of version {this.definition.version}, reporting the period of now. A parameter bound to
+          the slot's period resolves for this run.
+        </p>
+        <FieldError error={this.errors.general} testid="general" />
+        <ParameterRows
+          schema={this.definition.parameters}
+          inputs={this.inputs}
+          errors={this.errors}
+          onChange={(i, change) => {
+            this.inputs[i] = { ...this.inputs[i], ...change };
+            this.update();
+          }}
+        />
+      </div>
+    );
+  }
+}
+
+export async function runNowDialog(definition: DefinitionDetail): Promise<boolean> {
+  const body = new RunNowBody(definition);
+  const dialog = new CheckedDialog(
+    {
+      title: `Run ${definition.definition} now`,
+      body,
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Run now' })],
+      defaultButton: 1
+    },
+    () => body.submit()
+  );
+  return (await dialog.launch()).button.accept;
+}
+
+class BackfillBody extends ReactWidget {
+  from = '';
+  until = '';
+  error = '';
+
+  constructor(readonly name: string) {
+    super();
+    const today = new Date();
+    const week = new Date(today.getTime() - 7 * 86_400_000);
+    this.until = today.toISOString().slice(0, 10);
+    this.from = week.toISOString().slice(0, 10);
+  }
+
+  async submit(): Promise<boolean> {
+    try {
+      const result = await api.backfill(this.name, this.from, this.until);
+      Notification.success(
+        `${this.name}: ${result.inserted} backfill runs queued (${result.slots} slots, ${result.already_recorded} already recorded)`,
+        { autoClose: 5000 }
+      );
+      return true;
+    } catch (e) {
+      this.error = e instanceof Error ? e.message : String(e);
+      this.update();
+      return false;
+    }
+  }
+
+  render(): JSX.Element {
+    return (
+      <div className="nbcast-Form">
+        <p className="nbcast-Hint">
+          Queue one run for every slot in [from, until), each reporting its own period. Dates are the start of
+          that day in the schedule's zone; slots that already have a row are left alone.
+        </p>
+        <label className="nbcast-Field">
+          <span>From</span>
+          <input
+            type="date"
+            aria-label="Backfill from"
+            value={this.from}
+            onChange={e => ((this.from = e.target.value), this.update())}
+          />
+        </label>
+        <label className="nbcast-Field">
+          <span>Until</span>
+          <input
+            type="date"
+            aria-label="Backfill until"
+            value={this.until}
+            onChange={e => ((this.until = e.target.value), this.update())}
+          />
+        </label>
+        <FieldError error={this.error} testid="backfill" />
+      </div>
+    );
+  }
+}
+
+export async function backfillDialog(name: string): Promise<boolean> {
+  const body = new BackfillBody(name);
+  const dialog = new CheckedDialog(
+    {
+      title: `Backfill ${name}`,
+      body,
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Backfill' })],
+      defaultButton: 1
+    },
+    () => body.submit()
+  );
+  return (await dialog.launch()).button.accept;
+}
+
+/** A main-area tab showing an nbcast page in a sandboxed frame (no scripts run in it). */
+export function framePage(id: string, label: string, url: string, className: string): MainAreaWidget<IFrame> {
+  const frame = new IFrame({ sandbox: [] });
+  frame.url = url;
+  frame.addClass(className);
+  const widget = new MainAreaWidget({ content: frame });
+  widget.id = id;
+  widget.title.label = label;
+  widget.title.closable = true;
+  return widget;
+}
+
+export const diffWidget = (name: string, a: number, b: number) =>
+  framePage(`nbcast-diff-${name}-${a}-${b}`, `${name}: v${a} → v${b}`, diffPage(name, a, b), 'nbcast-DiffFrame');
+
+export const runNotebookWidget = (run: RunDetail) =>
+  framePage(
+    `nbcast-run-${run.id}`,
+    `${run.definition} run ${run.id} (read-only)`,
+    runNotebookPage(run.id),
+    'nbcast-RunFrame'
+  );

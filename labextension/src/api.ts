@@ -1,0 +1,297 @@
+/**
+ * The nbcast REST API (`/nbcast/api/v1`, documented at `/nbcast/api/v1/openapi.json`),
+ * as the extension uses it. Every call goes through `ServerConnection.makeRequest`,
+ * which adds the `X-XSRFToken` header from the `_xsrf` cookie (and the token, when Lab
+ * has one), so the extension authenticates exactly as the page does.
+ *
+ * Errors: the API answers `{"error": {"code", "message", "field"}}`; every failure
+ * becomes an {@link ApiError} with that message and field (the dialog shows it next
+ * to the field it names). A response that is not JSON (an HTML 404 page when the
+ * server extension is not enabled, a proxy's error page) is an ApiError too, never a
+ * JSON parse error.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import type { Block, ParameterSpec, PreviewRow } from './form/model';
+
+export const API = 'nbcast/api/v1';
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string,
+    readonly field: string | null
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+const settings = (): ServerConnection.ISettings => ServerConnection.makeSettings();
+
+/** The absolute URL of an nbcast path (API or page) on this server. */
+export function nbcastUrl(path: string, query?: Record<string, string>): string {
+  const base = URLExt.join(settings().baseUrl, path);
+  if (!query) {
+    return base;
+  }
+  return base + URLExt.objectToQueryString(query);
+}
+
+/** Call `path` under the API and decode its JSON answer. */
+export async function requestAPI<T>(
+  path: string,
+  init: RequestInit = {},
+  query?: Record<string, string>
+): Promise<T> {
+  const url = nbcastUrl(URLExt.join(API, path), query);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings());
+  } catch (error) {
+    throw new ApiError(`the server cannot be reached (${String(error)})`, 0, 'network', null);
+  }
+  const type = response.headers.get('Content-Type') ?? '';
+  const text = await response.text();
+  let data: any = null;
+  if (type.includes('json') && text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+  }
+  if (!response.ok) {
+    const error = data?.error;
+    if (error && typeof error.message === 'string') {
+      throw new ApiError(error.message, response.status, String(error.code), error.field ?? null);
+    }
+    const hint =
+      response.status === 404
+        ? ' — is the nbcast server extension enabled? (jupyter server extension list)'
+        : '';
+    throw new ApiError(
+      `${response.status} ${response.statusText || 'error'}${hint}`,
+      response.status,
+      `http_${response.status}`,
+      null
+    );
+  }
+  if (data === null && text) {
+    throw new ApiError('the server answered something other than JSON', response.status, 'bad_response', null);
+  }
+  return data as T;
+}
+
+const post = (body?: unknown): RequestInit => ({
+  method: 'POST',
+  body: body === undefined ? undefined : JSON.stringify(body)
+});
+
+// -- the shapes (see the OpenAPI document) ------------------------------------------------
+
+export interface UpcomingFire {
+  slot_key: string;
+  local: string;
+  fire_at: string;
+  status: 'scheduled' | 'skipped';
+  reason: string | null;
+  note: string | null;
+}
+
+export interface Definition {
+  name: string;
+  latest_version: number;
+  schedule: string;
+  cron: string | null;
+  every: string | null;
+  timezone: string;
+  source_path?: string;
+  paused: boolean;
+  next_fire_at: string | null;
+  schedule_error: string | null;
+  failures: number;
+  last_run: { state: string; reason: string | null; fire_at: string | null } | null;
+  next_fires: UpcomingFire[];
+}
+
+export interface Page<T> {
+  items: T[];
+  next: string | null;
+}
+
+export interface Version {
+  definition: string;
+  version: number;
+  sha256: string;
+  author: string;
+  message: string;
+  created_at: string;
+  parameters: ParameterSpec[];
+  nbcast: Block;
+}
+
+/** One version with its definition's scheduler state (`GET /definitions/{name}`). */
+export interface DefinitionDetail extends Version {
+  latest_version: number;
+  schedule: string;
+  timezone: string;
+  paused: boolean;
+  next_fire_at: string | null;
+  schedule_error: string | null;
+  failures: number;
+  last_run: Definition['last_run'];
+  next_fires: UpcomingFire[];
+}
+
+export interface RunError {
+  ename: string | null;
+  evalue: string | null;
+  cell_index: number | null;
+  line_number: number | null;
+  source_line: string | null;
+  reason?: string | null;
+  message?: string | null;
+}
+
+export interface Run {
+  id: number;
+  definition: string;
+  slot_key: string | null;
+  kind: string;
+  state: string;
+  reason: string | null;
+  fire_at: string;
+  version: number;
+  parameters: Record<string, unknown>;
+  started_at?: string | null;
+  finished_at?: string | null;
+  context?: Record<string, unknown> | null;
+}
+
+export interface Attempt {
+  attempt: number;
+  outcome: string | null;
+  worker: string;
+  engine: string;
+  started_at: string;
+  ended_at?: string | null;
+  duration_s?: number | null;
+  error: RunError | null;
+}
+
+export interface Rendition {
+  id: number;
+  format: string;
+  variant: string;
+  state: string;
+  size?: number | null;
+  filename?: string | null;
+  media_type: string | null;
+}
+
+export interface Delivery {
+  id: number;
+  channel: string;
+  recipient: string;
+  formats?: string[];
+  state: string;
+  reason: string | null;
+  attempts?: number;
+  sent_at?: string | null;
+  possible_duplicate?: boolean;
+  error?: Record<string, unknown> | null;
+}
+
+export interface RunDetail extends Run {
+  error: RunError | null;
+  attempts: Attempt[];
+  renditions: Rendition[];
+  deliveries: Delivery[];
+}
+
+export interface NotebookCheck {
+  name: string | null;
+  parameters: ParameterSpec[];
+  problem: { field: string | null; message: string } | null;
+  next_fires: UpcomingFire[];
+  published: {
+    name: string;
+    latest_version: number;
+    source_path: string;
+    paused: boolean;
+    same: boolean;
+  } | null;
+  channels: string[];
+  formats: string[];
+}
+
+export interface Published {
+  created: boolean;
+  warnings: string[];
+  definition: Definition;
+  version: Version;
+}
+
+// -- the calls ----------------------------------------------------------------------------
+
+const enc = encodeURIComponent;
+
+export const api = {
+  definitions: (limit = 500, after?: string) =>
+    requestAPI<Page<Definition>>('definitions', {}, {
+      limit: String(limit),
+      ...(after ? { after } : {})
+    }),
+  /** Every definition of the tenant, page after page (at most `cap`). */
+  async allDefinitions(cap = 10_000): Promise<Definition[]> {
+    const all: Definition[] = [];
+    let after: string | undefined;
+    do {
+      const page = await api.definitions(500, after);
+      all.push(...page.items);
+      after = page.next ?? undefined;
+    } while (after && all.length < cap);
+    return all;
+  },
+  definition: (name: string) => requestAPI<DefinitionDetail>(`definitions/${enc(name)}`),
+  versions: (name: string) =>
+    requestAPI<{ items: Version[] }>(`definitions/${enc(name)}/versions`),
+  runs: (definition: string, limit = 50) =>
+    requestAPI<Page<Run>>('runs', {}, { definition, limit: String(limit), order: 'desc' }),
+  run: (id: number) => requestAPI<RunDetail>(`runs/${id}`),
+  check: (notebook: unknown, path: string, name?: string) =>
+    requestAPI<NotebookCheck>('notebooks/check', post({ notebook, path, ...(name ? { name } : {}) })),
+  publish: (path: string, message: string, name?: string) =>
+    requestAPI<Published>('definitions', post({ path, message, ...(name ? { name } : {}) })),
+  preview: (query: Record<string, string>) =>
+    requestAPI<PreviewRow[]>('schedule/preview', {}, query),
+  pause: (name: string) => requestAPI<unknown>(`definitions/${enc(name)}/pause`, post()),
+  resume: (name: string) => requestAPI<unknown>(`definitions/${enc(name)}/resume`, post()),
+  runNow: (name: string, parameters: Record<string, unknown>) =>
+    requestAPI<{ definition: string; run_ids: number[] }>(
+      `definitions/${enc(name)}/runs`,
+      post({ parameters })
+    ),
+  backfill: (name: string, from: string, until: string) =>
+    requestAPI<{ slots: number; inserted: number; already_recorded: number }>(
+      `definitions/${enc(name)}/backfill`,
+      post({ from, until })
+    ),
+  cancel: (id: number) => requestAPI<{ state: string }>(`runs/${id}/cancel`, post()),
+  retryDeliveries: (id: number) =>
+    requestAPI<{ run: number; retried: number }>(`runs/${id}/deliveries/retry`, post())
+};
+
+/** The status UI's page of a run's executed notebook (sandboxed HTML, framable by Lab). */
+export const runNotebookPage = (id: number): string => nbcastUrl(`nbcast/runs/${id}/notebook.html`);
+
+/** A rendition, shown in the browser (HTML sandboxed) rather than saved. */
+export const renditionUrl = (run: number, rendition: number): string =>
+  nbcastUrl(`${API}/runs/${run}/renditions/${rendition}`, { disposition: 'inline' });
+
+/** nbdime's rendering of the diff of two versions, as the server makes it (script-free). */
+export const diffPage = (name: string, a: number, b: number): string =>
+  nbcastUrl(`${API}/definitions/${enc(name)}/diff`, { a: String(a), b: String(b), format: 'html' });

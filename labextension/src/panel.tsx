@@ -1,0 +1,270 @@
+/**
+ * The Reports panel in the left sidebar: the tenant's definitions (next fire with its
+ * DST note, last state, paused), one definition's runs (SKIPPED/MISSED with their
+ * reasons) and actions, and one run's detail (context, parameters, attempts with the
+ * failing cell, renditions, deliveries per recipient).
+ *
+ * It refreshes what it shows every `refreshSeconds` while it is visible, and not at
+ * all while it is hidden (another sidebar tab, the sidebar collapsed, or the browser
+ * tab in the background): a Lumino `Poll` started on show and stopped on hide, with
+ * standby while the page is hidden. `data-refreshes` on its node counts the refreshes,
+ * which the UI tests read to see that polling stops.
+ */
+import { Poll } from '@lumino/polling';
+import type { Message } from '@lumino/messaging';
+import { ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { api, type Definition, type DefinitionDetail, type Run, type RunDetail, type UpcomingFire, type Version } from './api';
+import { fireLine } from './form/preview';
+import { StateBadge, inZone } from './components';
+import { DefinitionView, RunView } from './panel_views';
+
+export type View =
+  | { kind: 'list' }
+  | { kind: 'definition'; name: string }
+  | { kind: 'run'; name: string; id: number };
+
+/** What the panel's actions do outside it (opening tabs, dialogs). */
+export interface PanelActions {
+  runNow(definition: DefinitionDetail): Promise<void>;
+  backfill(name: string): Promise<void>;
+  openDiff(name: string, a: number, b: number): void;
+  openRunNotebook(run: RunDetail): void;
+  openNotebook(path: string): void;
+}
+
+export interface PanelData {
+  definitions: Definition[] | null;
+  detail: (DefinitionDetail) | null;
+  runs: Run[];
+  versions: Version[];
+  run: RunDetail | null;
+  error: string | null;
+  loadedAt: number | null;
+}
+
+export class ReportsPanel extends ReactWidget {
+  view: View = { kind: 'list' };
+  data: PanelData = {
+    definitions: null,
+    detail: null,
+    runs: [],
+    versions: [],
+    run: null,
+    error: null,
+    loadedAt: null
+  };
+  filter = '';
+  private _poll: Poll;
+  private _refreshes = 0;
+
+  constructor(
+    readonly actions: PanelActions,
+    interval: number
+  ) {
+    super();
+    this.id = 'nbcast-reports';
+    this.addClass('nbcast-Panel');
+    this.title.caption = 'nbcast reports';
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this.refresh(),
+      frequency: { interval: interval * 1000, backoff: true, max: 10 * interval * 1000 },
+      name: 'nbcast:reports',
+      standby: () => !this.isVisible || 'when-hidden'
+    });
+  }
+
+  set interval(seconds: number) {
+    this._poll.frequency = { interval: seconds * 1000, backoff: true, max: 10 * seconds * 1000 };
+  }
+
+  /** Load what the current view shows. */
+  async refresh(): Promise<void> {
+    const view = this.view;
+    try {
+      if (view.kind === 'list') {
+        const definitions = await api.allDefinitions();
+        if (view !== this.view) return;
+        this.data = { ...this.data, definitions, error: null };
+      } else if (view.kind === 'definition') {
+        const [detail, runs, versions] = await Promise.all([
+          api.definition(view.name),
+          api.runs(view.name, 50),
+          api.versions(view.name)
+        ]);
+        if (view !== this.view) return;
+        this.data = { ...this.data, detail, runs: runs.items, versions: versions.items, error: null };
+      } else {
+        const run = await api.run(view.id);
+        if (view !== this.view) return;
+        this.data = { ...this.data, run, error: null };
+      }
+      this.data.loadedAt = Date.now();
+    } catch (e) {
+      if (view !== this.view) return;
+      this.data = { ...this.data, error: e instanceof Error ? e.message : String(e) };
+      this.update();
+      throw e; // the poll backs off
+    } finally {
+      this._refreshes += 1;
+      this.node.dataset.refreshes = String(this._refreshes);
+    }
+    this.update();
+  }
+
+  /** Go to `view` and load it now (not `show`: that is the widget's own). */
+  go(view: View): void {
+    this.view = view;
+    if (view.kind === 'definition') {
+      this.data = { ...this.data, detail: null, runs: [], versions: [] };
+    } else if (view.kind === 'run') {
+      this.data = { ...this.data, run: null };
+    }
+    this.update();
+    void this._poll.refresh();
+  }
+
+  /** Reload now (after an action). */
+  reload(): void {
+    void this._poll.refresh();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this._poll.start();
+    void this._poll.refresh();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    void this._poll.stop();
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+    super.dispose();
+  }
+
+  render(): JSX.Element {
+    return (
+      <div className="nbcast-PanelBody" data-view={this.view.kind}>
+        <div className="nbcast-PanelHeader">
+          {this.view.kind !== 'list' ? (
+            <button
+              className="jp-mod-styled nbcast-Back"
+              onClick={() =>
+                this.go(
+                  this.view.kind === 'run' ? { kind: 'definition', name: this.view.name } : { kind: 'list' }
+                )
+              }
+            >
+              ← {this.view.kind === 'run' ? this.view.name : 'Reports'}
+            </button>
+          ) : (
+            <h2>Reports</h2>
+          )}
+          <button className="jp-mod-styled nbcast-Refresh" title="Refresh now" onClick={() => this.reload()}>
+            ⟳
+          </button>
+        </div>
+        {this.data.error ? (
+          <div className="nbcast-FieldError" role="alert">
+            {this.data.error}
+          </div>
+        ) : null}
+        {this.view.kind === 'list' ? (
+          <DefinitionList panel={this} />
+        ) : this.view.kind === 'definition' ? (
+          <DefinitionView panel={this} />
+        ) : (
+          <RunView panel={this} />
+        )}
+      </div>
+    );
+  }
+}
+
+/** A coming fire as the dialog shows it: the wall time and offset in the report's zone. */
+export function NextFire(props: { fire: UpcomingFire }): JSX.Element {
+  const line = fireLine(props.fire);
+  return (
+    <span className="nbcast-NextFire">
+      {line.when} <span className="nbcast-Offset">{line.offset}</span>
+      {line.skipped ? <span className="nbcast-Reason"> skipped</span> : null}
+    </span>
+  );
+}
+
+/** The definitions, filterable by name. */
+function DefinitionList(props: { panel: ReportsPanel }): JSX.Element {
+  const { panel } = props;
+  const all = panel.data.definitions;
+  if (all === null) {
+    return <p className="nbcast-Hint">Loading…</p>;
+  }
+  if (all.length === 0) {
+    return (
+      <p className="nbcast-Hint" data-empty="yes">
+        No reports yet. Open a notebook and use <strong>Schedule as report…</strong> in its toolbar.
+      </p>
+    );
+  }
+  const needle = panel.filter.trim().toLowerCase();
+  const shown = needle ? all.filter(d => d.name.toLowerCase().includes(needle)) : all;
+  return (
+    <>
+      <input
+        className="nbcast-Filter"
+        aria-label="Filter reports"
+        placeholder={`Filter ${all.length.toLocaleString('en')} reports`}
+        value={panel.filter}
+        onChange={e => {
+          panel.filter = e.target.value;
+          panel.update();
+        }}
+      />
+      <table className="nbcast-Table nbcast-Definitions" data-count={all.length}>
+        <thead>
+          <tr>
+            <th>Report</th>
+            <th>Next fire</th>
+            <th>Last run</th>
+          </tr>
+        </thead>
+        <tbody>
+          {shown.map(d => {
+            const next = d.next_fires[0];
+            return (
+              <tr
+                key={d.name}
+                data-definition={d.name}
+                className="nbcast-Clickable"
+                onClick={() => panel.go({ kind: 'definition', name: d.name })}
+              >
+                <td>
+                  <span className="nbcast-Name">{d.name}</span>
+                  {d.paused ? <span className="nbcast-Paused">paused</span> : null}
+                  <div className="nbcast-Hint">{d.schedule}</div>
+                </td>
+                <td>
+                  {d.paused ? '—' : next ? <NextFire fire={next} /> : inZone(d.next_fire_at, d.timezone)}
+                  {!d.paused && next?.note ? (
+                    <div className="nbcast-DstNote" title={next.note}>
+                      {next.note}
+                    </div>
+                  ) : null}
+                  {d.schedule_error ? <div className="nbcast-FieldError">{d.schedule_error}</div> : null}
+                </td>
+                <td>
+                  {d.last_run ? <StateBadge state={d.last_run.state} reason={d.last_run.reason} /> : '—'}
+                </td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+    </>
+  );
+}

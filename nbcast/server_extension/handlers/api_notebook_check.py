@@ -1,0 +1,228 @@
+"""``/nbcast/api/v1/notebooks/check``: what publishing a notebook would do, writing nothing.
+
+The JupyterLab dialog ("Schedule as report…") asks this before anything is saved: the
+notebook's JSON as the editor holds it, with the ``nbcast`` block the form would write.
+The answer has everything the form shows beside its fields:
+
+- ``parameters``: the schema of the parameters cell (name, type, default, help text
+  from the comments), from which the form draws its parameter inputs;
+- ``problem``: the first thing publishing would refuse, with the dotted field it names
+  (``schedule.cron``, ``subscriptions[0].to``), or null — a 200 either way, since a
+  half-filled form is not an error of the request;
+- ``next_fires``: the schedule's next fire times in its zone with their DST notes
+  (:func:`nbcast.scheduler.upcoming.upcoming`), from the block as given;
+- ``published``: the definition of that name in the caller's tenant, if any — its
+  latest version, the file it is bound to, whether it is paused, and whether this
+  notebook equals its latest version (so the dialog can say "version 3, unchanged");
+- ``channels`` and ``formats``: the names the registries know (built-ins and plug-ins),
+  the choices of the subscription and output inputs.
+
+It runs the same validation as publishing (:func:`nbcast.definitions.versions.prepare_loaded`),
+so a notebook that checks clean publishes clean, save for a race with another publish.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+
+from nbcast.access import Caller
+from nbcast.definitions.notebook import loaded_document, parameters_cell
+from nbcast.definitions.parameters import parse_parameters_cell, schema_to_json
+from nbcast.definitions.queries import get_definition, get_version
+from nbcast.definitions.spec import check_name
+from nbcast.definitions.versions import prepare_loaded
+from nbcast.errors import MetadataError, NbcastError, UnknownDefinitionError
+from nbcast.limits import clip
+from nbcast.scheduler.upcoming import upcoming
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.api_definitions import UPCOMING, tenant_exists
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.routes import API, Operation, route
+
+__all__ = ["CHECK_FIRES", "NotebookCheckHandler"]
+
+CHECK_FIRES = 5
+"""Fire times a check shows."""
+
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+
+CHECK_BODY = schema(
+    "NotebookCheckRequest",
+    {
+        "type": "object",
+        "required": ["notebook"],
+        "properties": {
+            "notebook": {"type": "object", "description": "The notebook's JSON"},
+            "path": {
+                "type": "string",
+                "maxLength": 1024,
+                "description": "Its contents path: names the definition by default",
+            },
+            "name": {"type": "string", "description": "The definition name to publish as"},
+        },
+        "additionalProperties": False,
+    },
+)
+CHECK = schema(
+    "NotebookCheck",
+    {
+        "type": "object",
+        "required": [
+            "name",
+            "parameters",
+            "problem",
+            "next_fires",
+            "published",
+            "channels",
+            "formats",
+        ],
+        "properties": {
+            "name": _NULLABLE_STRING,
+            "parameters": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "type", "default", "help"],
+                    "properties": {
+                        "name": _STRING,
+                        "type": _STRING,
+                        "default": {},
+                        "help": _STRING,
+                    },
+                },
+            },
+            "problem": {
+                "type": ["object", "null"],
+                "required": ["field", "message"],
+                "properties": {"field": _NULLABLE_STRING, "message": _STRING},
+            },
+            "next_fires": {"type": "array", "maxItems": CHECK_FIRES, "items": UPCOMING},
+            "published": {
+                "type": ["object", "null"],
+                "required": ["name", "latest_version", "source_path", "paused", "same"],
+                "properties": {
+                    "name": _STRING,
+                    "latest_version": {"type": "integer", "minimum": 1},
+                    "source_path": _STRING,
+                    "paused": {"type": "boolean"},
+                    "same": {
+                        "type": "boolean",
+                        "description": "The notebook equals the latest version",
+                    },
+                },
+            },
+            "channels": {"type": "array", "items": _STRING},
+            "formats": {"type": "array", "items": _STRING},
+        },
+    },
+)
+
+
+@route(
+    f"{API}/notebooks/check",
+    Operation(
+        "post",
+        "Validate a notebook and its nbcast block as publishing would, writing nothing: "
+        "its parameter schema, the first problem (with its field), the next fire times "
+        "with DST notes, and the published definition of that name",
+        tag="definitions",
+        body=CHECK_BODY,
+        response=CHECK,
+        errors=(400, 403, 413),
+    ),
+)
+class NotebookCheckHandler(ApiHandler):
+    """The check (module docstring)."""
+
+    @authorized
+    async def post(self) -> None:
+        """Check the notebook of the body."""
+        caller = self.caller
+        body = self.json_object()
+        unknown = sorted(set(body) - {"notebook", "path", "name"})
+        if unknown:
+            raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])
+        notebook = body.get("notebook")
+        if not isinstance(notebook, dict):
+            raise ApiError(400, "notebook must be the notebook's JSON object", field="notebook")
+        path = body.get("path")
+        if path is not None and (not isinstance(path, str) or len(path) > 1024):
+            raise ApiError(400, "path must be text of at most 1,024 characters", field="path")
+        name = body.get("name")
+        if name is not None and (not isinstance(name, str) or len(name) > 200):
+            raise ApiError(400, "name must be text of at most 200 characters", field="name")
+        origin = (path or f"{name or 'report'}.ipynb").rsplit("/", 1)[-1]
+        self.write_json(await self.call(self._check, caller, notebook, origin, name or None))
+
+    def _check(
+        self, caller: Caller, notebook: dict[str, Any], origin: str, name: str | None
+    ) -> dict[str, Any]:
+        from nbcast.delivery.channels import channels
+        from nbcast.delivery.renderers import renderers
+
+        result: dict[str, Any] = {
+            "name": None,
+            "parameters": [],
+            "problem": None,
+            "next_fires": [],
+            "published": None,
+            "channels": channels.names(),
+            "formats": renderers.names(),
+        }
+        try:
+            loaded = loaded_document(notebook, origin)
+        except NbcastError as exc:
+            result["problem"] = {"field": "notebook", "message": str(exc)}
+            return result
+        try:
+            cell = parameters_cell(loaded.notebook)
+            result["parameters"] = schema_to_json(parse_parameters_cell(cell[1]) if cell else ())
+            prepared = prepare_loaded(loaded, name, source_path="api:")
+        except MetadataError as exc:
+            result["problem"] = {"field": exc.field, "message": exc.message}
+            result["name"] = _name_or_none(name, loaded.block)
+        except NbcastError as exc:
+            result["problem"] = {"field": "notebook", "message": str(exc)}
+            result["name"] = _name_or_none(name, loaded.block)
+        else:
+            result["name"] = prepared.name
+            schedule = prepared.spec.schedule
+            if schedule is not None:
+                now = self.state.clock.now()
+                result["next_fires"] = [f.to_json() for f in upcoming(schedule, now, CHECK_FIRES)]
+            result["published"] = self._published(caller, prepared.name, prepared.sha256)
+        if result["published"] is None and result["name"] is not None:
+            result["published"] = self._published(caller, result["name"], None)
+        return result
+
+    def _published(self, caller: Caller, name: str, sha256: str | None) -> dict[str, Any] | None:
+        with self.state.db.session() as session:
+            if not tenant_exists(session, caller):
+                return None
+            try:
+                record = get_definition(session, caller, name)
+                latest = get_version(session, caller, name, None)
+            except UnknownDefinitionError:
+                return None
+        return {
+            "name": record.name,
+            "latest_version": record.latest_version,
+            "source_path": record.source_path,
+            "paused": record.paused,
+            "same": sha256 is not None and latest.sha256 == sha256,
+        }
+
+
+def _name_or_none(name: str | None, block: dict[str, Any] | None) -> str | None:
+    """The name a notebook whose block is refused would publish as, if it is valid."""
+    candidate = name or (block or {}).get("name")
+    if not isinstance(candidate, str):
+        return None
+    try:
+        return check_name(candidate)
+    except MetadataError:
+        return None

@@ -1,0 +1,425 @@
+"""nbcast's JupyterLab extension in a real ``jupyter lab``, driven in Debian's Chromium.
+
+One Lab (with nbcast's server extension and its embedded scheduler, worker and
+delivery worker on a scratch home, a local SMTP server as the mail relay) serves the
+example ``daily_sales`` notebook with its ``nbcast`` block removed. The tests, in file
+order, walk what a data scientist and a reviewer do: open the notebook, find
+"Schedule as report…" in the toolbar, the palette and the file browser's menu; fill
+the dialog (the schedule in words, next fires and DST notes, the parameter form); see
+the server's refusals next to their fields with nothing written; save and publish;
+reopen it on the published notebook; see the report in the Reports panel; run it now
+and see the run succeed and its delivery to the recipient listed; open the executed
+notebook and a rendition; pause it; publish a second version and open the diff. A
+screenshot of each step is saved under ``$NBCAST_TEST_ARTIFACTS/lab`` (else
+``test-artifacts/screenshots/lab``).
+
+Without chromium the tests are skipped with the reason — except in CI (``CI=true``),
+where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from nbcast.testing.smtp import FakeSMTPServer
+from tests.server.live import TOKEN, LiveServer
+
+pytestmark = [pytest.mark.chromium, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "notebooks" / "examples"
+NOTEBOOK = "daily_sales.ipynb"
+BROWSER_ZONE = "America/New_York"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+shots = _script("ui_screenshots")
+lab_ui = _script("lab_ui")
+
+
+def _require_browser() -> None:
+    missing = None
+    if importlib.util.find_spec("playwright") is None:
+        missing = "playwright is not installed (pip install nbcast[dev])"
+    elif shots.chromium_executable() is None:
+        missing = "chromium is not installed (make chromium, or apt-get install -y chromium)"
+    elif not (ROOT / "nbcast" / "labextension" / "package.json").exists():
+        missing = "the labextension is not built (make labextension)"
+    if missing is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser tests must run in CI: {missing}")
+    pytest.skip(missing)
+
+
+def _notebook_without_block(target: Path) -> Path:
+    notebook = json.loads((EXAMPLES / NOTEBOOK).read_text())
+    notebook["metadata"].pop("nbcast", None)
+    target.write_text(json.dumps(notebook, indent=1))
+    return target
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    base = os.environ.get("NBCAST_TEST_ARTIFACTS") or ROOT / "test-artifacts" / "screenshots"
+    folder = Path(base) / "lab"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mailbox() -> Iterator[FakeSMTPServer]:
+    with FakeSMTPServer() as smtp:
+        yield smtp
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, mailbox: FakeSMTPServer) -> Iterator[LiveServer]:
+    _require_browser()
+    folder = tmp_path_factory.mktemp("lab")
+    _notebook_without_block(folder / NOTEBOOK)
+    server = LiveServer(
+        folder,
+        command="lab",
+        embedded_services=True,
+        env={
+            "NBCAST_LAKE": str(EXAMPLES / "lake"),
+            "NBCAST_SMTP_URL": f"smtp://127.0.0.1:{mailbox.port}",
+            "NBCAST_USER": "ada",
+            "NBCAST_HEARTBEAT_SECONDS": "1",
+        },
+        extra=lab_ui.lab_arguments(folder),
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def driver(lab: LiveServer, artifacts: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**shots.launch_options())
+        context = browser.new_context(
+            viewport={"width": 1400, "height": 900}, timezone_id=BROWSER_ZONE
+        )
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        drive = lab_ui.LabDriver(page, lab.url, TOKEN, artifacts)
+        drive.open(NOTEBOOK)
+        try:
+            yield drive
+        finally:
+            context.close()
+            browser.close()
+
+
+def api(lab: LiveServer, path: str) -> Any:
+    with lab.client() as client:
+        answer = client.get(f"/nbcast/api/v1/{path}")
+        answer.raise_for_status()
+        return answer.json()
+
+
+def block_on_disk(lab: LiveServer) -> Any:
+    return json.loads((lab.folder / NOTEBOOK).read_text())["metadata"].get("nbcast")
+
+
+def text(locator: Any) -> str:
+    return lab_ui.text_of(locator)
+
+
+def test_schedule_is_offered_in_the_toolbar_the_palette_and_the_file_browser(driver: Any) -> None:
+    dialog = driver.schedule_from_toolbar()
+    driver.screenshot("01-dialog-from-toolbar")
+    assert text(dialog.locator(".nbcast-Path")) == NOTEBOOK
+    assert (
+        text(dialog.locator(".nbcast-Status")) == "Not published yet: saving publishes version 1."
+    )
+    driver.cancel()
+    dialog = driver.schedule_from_palette()
+    assert text(dialog.locator(".nbcast-Path")) == NOTEBOOK
+    driver.cancel()
+    dialog = driver.schedule_from_file_browser(NOTEBOOK)
+    driver.screenshot("02-dialog-from-file-browser")
+    assert text(dialog.locator(".nbcast-Path")) == NOTEBOOK
+    driver.cancel()
+
+
+def test_the_dialog_draws_the_parameter_form_from_the_notebook(driver: Any) -> None:
+    dialog = driver.schedule_from_toolbar()
+    rows = dialog.locator("tr[data-parameter]")
+    assert [r.get_attribute("data-parameter") for r in rows.all()] == [
+        "report_date",
+        "region",
+        "top_n",
+    ]
+    # Types and help text from the parameters cell's annotations and comments.
+    described = [
+        [
+            text(r.locator(f".nbcast-ParamName {part}"))
+            for part in ("code", ".nbcast-ParamType", ".nbcast-Hint")
+        ]
+        for r in rows.all()
+    ]
+    assert described == [
+        ["report_date", "str", "trading day to report, ISO date"],
+        ["region", "str", "EMEA, AMER, APAC, LATAM or ALL"],
+        ["top_n", "int", "products in the top list"],
+    ]
+    assert text(rows.nth(2).locator(".nbcast-Default")) == "10"
+    # A string parameter may be bound to the slot's period; an int may not.
+    date_sources = rows.nth(0).locator("select[aria-label='report_date source'] option")
+    top_sources = rows.nth(2).locator("select[aria-label='top_n source'] option")
+    assert [o.get_attribute("value") for o in date_sources.all()] == ["default", "value", "binding"]
+    assert [o.get_attribute("value") for o in top_sources.all()] == ["default", "value"]
+    # The default zone is the browser's, the default schedule a daily cron.
+    assert driver.field("Time zone").input_value() == BROWSER_ZONE
+    assert driver.field("Cron").input_value() == "0 7 * * *"
+    assert driver.field("Name").input_value() == "daily_sales"
+
+
+def test_the_schedule_is_described_with_its_next_fires_and_dst_notes(driver: Any) -> None:
+    dialog = driver.page.locator(lab_ui.DIALOG)
+    driver.set_schedule("30 2 * * *", "America/New_York")
+    assert text(dialog.locator("[data-testid='describe']")) == "At 02:30 (America/New_York time)"
+    preview = dialog.locator(".nbcast-Preview")
+    captions = [c.text_content() for c in preview.locator(".nbcast-Caption").all()]
+    assert captions == ["Next fire times (America/New_York)", "DST changes ahead"]
+    ahead = preview.locator(".nbcast-Fires").nth(1).locator("li").first
+    # Today is after 2026's changes: the next is 14 March 2027, when 02:30 does not exist.
+    assert text(ahead) == (
+        "Sun 2027-03-14 03:00 UTC−04:00 02:30 does not exist on 2027-03-14 "
+        "(clocks go forward): runs at 03:00 EDT"
+    )
+    driver.screenshot("03-dialog-dst-notes", lab_ui.DIALOG)
+    # The same schedule under the skip policy (Advanced): that slot is skipped.
+    dialog.locator(".nbcast-Advanced > summary").click()
+    driver.field("DST gap (a wall time that does not exist)").select_option("skip")
+    driver.page.wait_for_function(
+        "() => [...document.querySelectorAll('.nbcast-Dialog .nbcast-DstNote')]"
+        ".some(n => n.textContent.endsWith('(clocks go forward): skipped'))"
+    )
+    driver.field("DST gap (a wall time that does not exist)").select_option("")
+    dialog.locator(".nbcast-Advanced > summary").click()
+    # A cron that is not one says why, in words, before anything is sent.
+    driver.field("Cron").fill("61 * * * *")
+    assert "nbcast-Bad" in (dialog.locator("[data-testid='describe']").get_attribute("class") or "")
+
+
+def test_refusals_are_shown_next_to_their_fields_and_nothing_is_written(
+    driver: Any, lab: LiveServer
+) -> None:
+    before = (lab.folder / NOTEBOOK).read_text()
+    driver.field("Name").fill("daily-sales")
+    driver.set_schedule("0 7 * * 1-5", "Europe/Berlin")
+    driver.field("Time zone").fill("Mars/Olympus")
+    driver.add_subscription("email", "not-an-address")
+    driver.save()
+    assert text(driver.error_for("timezone")) == "'Mars/Olympus' is not an IANA time zone"
+    driver.screenshot("04-dialog-refused-zone", lab_ui.DIALOG)
+    driver.set_schedule("0 7 * * 1-5", "Europe/Berlin")
+    driver.save()
+    assert driver.error_for("timezone").count() == 0
+    assert text(driver.error_for("subscription:0")) == "'not-an-address' is not an email address"
+    driver.screenshot("05-dialog-refused-recipient", lab_ui.DIALOG)
+    assert (lab.folder / NOTEBOOK).read_text() == before
+    assert api(lab, "definitions")["items"] == []
+
+
+def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
+    driver: Any, lab: LiveServer
+) -> None:
+    row = driver.page.locator(f"{lab_ui.DIALOG} .nbcast-Subscription").first
+    row.locator("input[aria-label='recipients']").fill("cfo@example.com")
+    driver.set_parameter("report_date", "binding", "previous business day of the slot")
+    driver.set_parameter("top_n", "value", "5")
+    driver.set_outputs("html")
+    driver.field("What changed").fill("first version")
+    driver.screenshot("06-dialog-filled", lab_ui.DIALOG)
+    driver.save()
+    driver.saved()
+    expected = {
+        "name": "daily-sales",
+        "schedule": {"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"},
+        "parameters": {
+            "report_date": {"$period": "slot", "steps": [{"business_days": -1}]},
+            "top_n": 5,
+        },
+        "outputs": ["html"],
+        "subscriptions": [{"channel": "email", "to": "cfo@example.com"}],
+    }
+    assert block_on_disk(lab) == expected
+    [definition] = api(lab, "definitions")["items"]
+    assert (definition["name"], definition["latest_version"], definition["paused"]) == (
+        "daily-sales",
+        1,
+        False,
+    )
+    [version] = api(lab, "definitions/daily-sales/versions")["items"]
+    assert (version["message"], version["nbcast"]) == ("first version", expected)
+
+
+def test_reopening_shows_the_published_settings_and_version(driver: Any) -> None:
+    dialog = driver.schedule_from_toolbar()
+    assert text(dialog.locator(".nbcast-Status")) == (
+        "Published as daily-sales, version 1 — this notebook is that version."
+    )
+    assert driver.field("Name").input_value() == "daily-sales"
+    assert driver.field("Cron").input_value() == "0 7 * * 1-5"
+    assert driver.field("Time zone").input_value() == "Europe/Berlin"
+    assert dialog.locator("select[aria-label='report_date binding']").input_value() == (
+        "previous_business_day"
+    )
+    assert driver.field("top_n value").input_value() == "5"
+    assert dialog.locator("input[aria-label='recipients']").input_value() == "cfo@example.com"
+    driver.screenshot("07-dialog-reopened", lab_ui.DIALOG)
+    driver.cancel()
+
+
+def test_the_panel_lists_the_report_with_its_next_fire(driver: Any, lab: LiveServer) -> None:
+    panel = driver.open_panel()
+    # After publishing, the panel shows that report; its back button leads to the list.
+    panel.locator(".nbcast-Definition[data-definition='daily-sales']").wait_for()
+    panel.locator(".nbcast-Back").click()
+    row = panel.locator("tr[data-definition='daily-sales']")
+    row.wait_for()
+    detail = api(lab, "definitions/daily-sales")
+    local = datetime.fromisoformat(detail["next_fires"][0]["local"])  # in Berlin, +01:00
+    assert text(row.locator(".nbcast-NextFire")) == f"{local:%a %Y-%m-%d %H:%M} UTC+01:00"
+    assert text(row.locator(".nbcast-Hint")) == "0 7 * * 1-5 (Europe/Berlin)"
+    driver.screenshot("08-panel-list")
+
+
+def test_run_now_succeeds_and_its_delivery_is_listed(
+    driver: Any, lab: LiveServer, mailbox: FakeSMTPServer
+) -> None:
+    panel = driver.page.locator(lab_ui.PANEL)
+    panel.locator("tr[data-definition='daily-sales']").click()
+    panel.locator(".nbcast-Definition[data-definition='daily-sales']").wait_for()
+    panel.get_by_role("button", name="Run now…").click()
+    run_dialog = driver.page.locator(".jp-Dialog")
+    assert text(run_dialog.locator(".jp-Dialog-header")) == "Run daily-sales now"
+    run_dialog.locator("select[aria-label='region source']").select_option("value")
+    run_dialog.locator("[aria-label='region value']").fill("EMEA")
+    driver.screenshot("09-run-now-dialog", ".jp-Dialog-content")
+    run_dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    run_row = panel.locator("tr[data-run]").first
+    run_row.wait_for()
+    driver.wait_until(
+        "the run to succeed",
+        lambda: run_row.get_attribute("data-state") in {"SUCCEEDED", "FAILED", "TIMED_OUT"},
+        timeout=180,
+    )
+    assert run_row.get_attribute("data-state") == "SUCCEEDED"
+    run_id = int(run_row.get_attribute("data-run") or 0)
+    run_row.click()
+    view = panel.locator(f".nbcast-Run[data-run='{run_id}']")
+    view.wait_for()
+    parameters = view.locator("[data-section='Parameters']")
+    assert text(parameters.locator("tr", has_text="region")) == "region EMEA"
+    assert text(parameters.locator("tr", has_text="top_n")) == "top_n 5"
+    delivery = view.locator("tr[data-delivery='cfo@example.com']")
+    delivery.wait_for()
+    driver.wait_until(
+        "the delivery to be sent",
+        lambda: delivery.get_attribute("data-state") in {"SENT", "FAILED"},
+        timeout=120,
+    )
+    assert delivery.get_attribute("data-state") == "SENT"
+    assert [m.rcpt_tos for m in mailbox.messages] == [("cfo@example.com",)]
+    driver.screenshot("10-panel-run-detail")
+
+
+def test_the_executed_notebook_and_a_rendition_open(driver: Any) -> None:
+    view = driver.page.locator(f"{lab_ui.PANEL} .nbcast-Run")
+    view.get_by_role("button", name="Open notebook").click()
+    frame = driver.page.frame_locator(".nbcast-RunFrame iframe")
+    frame.locator("h1", has_text="Daily sales by region").wait_for()
+    driver.screenshot("11-executed-notebook")
+    link = view.locator(".nbcast-Renditions li[data-rendition='html'] a")
+    href = link.get_attribute("href") or ""
+    assert href.endswith("?disposition=inline")
+    assert link.get_attribute("target") == "_blank"
+    answer = driver.page.request.get(href)
+    assert answer.status == 200
+    assert answer.headers["content-type"].startswith("text/html")
+    assert answer.headers["content-disposition"].startswith("inline;")
+    assert answer.headers["content-security-policy"].startswith("sandbox;")
+
+
+def test_pause_from_the_panel(driver: Any, lab: LiveServer) -> None:
+    panel = driver.page.locator(lab_ui.PANEL)
+    panel.locator(".nbcast-Back").click()
+    definition = panel.locator(".nbcast-Definition[data-definition='daily-sales']")
+    definition.wait_for()
+    definition.get_by_role("button", name="Pause").click()
+    definition.locator("h3 .nbcast-Paused").wait_for()
+    definition.get_by_role("button", name="Resume").wait_for()
+    assert api(lab, "definitions/daily-sales")["paused"] is True
+    driver.screenshot("12-panel-paused")
+
+
+def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) -> None:
+    driver.activate_tab(NOTEBOOK)
+    driver.page.click(".jp-NotebookPanel-toolbar [data-command='nbcast:schedule']")
+    driver.wait_dialog()
+    driver.set_parameter("top_n", "value", "7")
+    driver.field("What changed").fill("top 7")
+    driver.save()
+    driver.saved()
+    assert [v["message"] for v in api(lab, "definitions/daily-sales/versions")["items"]] == [
+        "first version",
+        "top 7",
+    ]
+    panel = driver.open_panel()
+    definition = panel.locator(".nbcast-Definition[data-definition='daily-sales']")
+    driver.wait_until(
+        "version 2 listed", lambda: definition.locator("tr[data-version='2']").count()
+    )
+    assert definition.locator("select[aria-label='diff from version']").input_value() == "1"
+    assert definition.locator("select[aria-label='diff to version']").input_value() == "2"
+    definition.get_by_role("button", name="Show diff").click()
+    frame = driver.page.frame_locator(".nbcast-DiffFrame iframe")
+    body = frame.locator("body")
+    body.wait_for()
+    driver.wait_until("the diff", lambda: "top_n" in body.inner_text())
+    tab = driver.page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel", has_text="v1")
+    assert text(tab) == "daily-sales: v1 → v2"
+    driver.screenshot("13-diff")
+
+
+def test_the_panel_polls_while_visible_and_not_while_hidden(driver: Any) -> None:
+    driver.open_panel()
+    start = driver.refreshes()
+    driver.wait_until("two refreshes", lambda: driver.refreshes() >= start + 2, timeout=20)
+    driver.show_sidebar("filebrowser")
+    driver.page.wait_for_timeout(500)  # a refresh already under way may still finish
+    hidden = driver.refreshes()
+    driver.page.wait_for_timeout(6_500)  # three intervals of 2 s
+    assert driver.refreshes() == hidden
+    driver.open_panel()
+    driver.wait_until("a refresh on show", lambda: driver.refreshes() > hidden, timeout=10)
+
+
+def test_no_console_errors(driver: Any) -> None:
+    assert driver.console_errors == []
