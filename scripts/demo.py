@@ -556,8 +556,17 @@ def main() -> int:
 
     governance_act(nbcast, env, out, mailbox.files)
 
-    banner("a page of each example PDF (thumbnails for the README)")
     docs = os.environ.get("NBCAST_DEMO_DOCS") == "1"
+    banner("JupyterLab: schedule a notebook from its toolbar, then the Reports panel")
+    from scripts.demo_lab import lab_act
+
+    for path in lab_act(out, EXAMPLES, DOCS_IMAGES if docs else None):
+        print(
+            f"screenshot: {path}"
+            + (f"  (also {DOCS_IMAGES / ('lab-' + path.name)})" if docs else "")
+        )
+
+    banner("a page of each example PDF (thumbnails for the README)")
     for path in write_thumbnails(rendered, out / "thumbnails", docs):
         print(f"thumbnail: {path}" + (f"  (also {DOCS_IMAGES / path.name})" if docs else ""))
 

@@ -201,6 +201,18 @@ class LabDriver:
 
     # -- the Reports panel ----------------------------------------------------------------
 
+    def widen_sidebar(self, pixels: int) -> None:
+        """Drag the left sidebar's edge ``pixels`` to the right (as a user would)."""
+        handle = self.page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+        box = handle.bounding_box()
+        if box is None:
+            return
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        self.page.mouse.move(x, y)
+        self.page.mouse.down()
+        self.page.mouse.move(x + pixels, y, steps=5)
+        self.page.mouse.up()
+
     def open_panel(self) -> Any:
         return self.show_sidebar("nbcast-reports")
 

@@ -98,9 +98,12 @@ export function DefinitionView(props: { panel: ReportsPanel }): JSX.Element {
           {[...versions].reverse().map(v => (
             <tr key={v.version} data-version={v.version}>
               <td>v{v.version}</td>
-              <td>{inZone(v.created_at)}</td>
-              <td>{v.author}</td>
-              <td className="nbcast-Message">{v.message}</td>
+              <td>
+                <div className="nbcast-Message">{v.message || <em>no message</em>}</div>
+                <div className="nbcast-Hint">
+                  {v.author} · {inZone(v.created_at)}
+                </div>
+              </td>
             </tr>
           ))}
         </tbody>

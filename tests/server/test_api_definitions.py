@@ -341,12 +341,32 @@ def test_schedule_preview_matches_the_cli(
         server, "schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York",
         "--from", "2026-03-07", "--to", "2026-03-10", "--dst-gap", "skip", "--json",
     )  # fmt: skip
-    assert rows == json.loads(cli)
-    assert [r["status"] for r in rows] == ["scheduled", "skipped", "scheduled"]
+    # The CLI's rows, and what DST does to each (the Lab dialog shows these notes).
+    assert [{k: v for k, v in r.items() if k != "note"} for r in rows] == json.loads(cli)
+    assert [(r["status"], r["note"]) for r in rows] == [
+        ("scheduled", None),
+        ("skipped", "02:30 does not exist on 2026-03-08 (clocks go forward): skipped"),
+        ("scheduled", None),
+    ]
+    fold = alice.get(
+        path,
+        params={
+            "cron": "30 1 * * *",
+            "tz": "America/New_York",
+            "from": "2026-10-31",
+            "until": "2026-11-02",
+            "dst_fold": "both",
+        },
+    )
+    assert [r["note"] for r in conforms(document, fold, path, "get")] == [
+        None,
+        "01:30 happens twice on 2026-11-01: runs both (EDT, then EST)",
+        "01:30 happens twice on 2026-11-01: this is the second pass (EST)",
+    ]
     every = alice.get(
         path, params={"every": "6h", "from": "2026-01-01T00:00:00Z", "until": "2026-01-02"}
     )
-    assert len(conforms(document, every, path, "get")) == 4
+    assert [r["note"] for r in conforms(document, every, path, "get")] == [None] * 4
     for bad, field in (
         ({**params, "cron": "nope"}, None),
         ({**params, "every": "1h"}, "cron"),

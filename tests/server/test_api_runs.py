@@ -15,6 +15,7 @@ import pytest
 
 from nbcast.clock import SystemClock
 from nbcast.scheduler.control import run_now
+from nbcast.server_extension.handlers.links import FILE_POLICY, HTML_POLICY
 from tests.server.live import BIN, LiveServer
 from tests.server.seed import ALICE, Seeded, database, seed
 
@@ -265,6 +266,28 @@ def test_download_renditions_with_their_types(seeded: Seeded, alice: httpx.Clien
     assert csv.headers["content-type"].startswith("text/csv")
     assert "APAC" in csv.text
     assert by_format["csv"]["filename"] in csv.headers["content-disposition"]
+
+    # Shown in the browser on request (the Lab panel's links): HTML inline under the
+    # signed links' sandbox policy; a CSV still downloads; a bad disposition is a 400.
+    shown = alice.get(
+        f"{API}/runs/{seeded.succeeded}/renditions/{by_format['html']['id']}",
+        params={"disposition": "inline"},
+    )
+    assert shown.status_code == 200
+    assert shown.headers["content-disposition"].startswith("inline;")
+    assert shown.headers["content-security-policy"] == HTML_POLICY
+    assert shown.content == html.content
+    kept = alice.get(
+        f"{API}/runs/{seeded.succeeded}/renditions/{by_format['csv']['id']}",
+        params={"disposition": "inline"},
+    )
+    assert kept.headers["content-disposition"].startswith("attachment;")
+    assert kept.headers["content-security-policy"] == FILE_POLICY
+    bad = alice.get(
+        f"{API}/runs/{seeded.succeeded}/renditions/{by_format['csv']['id']}",
+        params={"disposition": "open"},
+    )
+    assert (bad.status_code, error_of(bad)["field"]) == (400, "disposition")
 
     # A rendition of another run, or none at all, is not this run's.
     other = alice.get(f"{API}/runs/{seeded.failed}/renditions/{by_format['html']['id']}")

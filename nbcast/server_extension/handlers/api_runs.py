@@ -10,14 +10,12 @@ One run's answer adds to those keys the newest :data:`LINK_OPENS_SHOWN` openings
 its signed links (:func:`~nbcast.delivery.link_opens.opens_of_run`: time, network,
 user agent) and whether there are more.
 
-Downloads (the executed notebook, each rendition) are served as attachments with
-``X-Content-Type-Options: nosniff`` and ``Content-Security-Policy: sandbox``: a
-notebook's HTML is the notebook author's, and must never run as this origin's page.
+The downloads (the executed notebook, each rendition) are in
+:mod:`~nbcast.server_extension.handlers.api_run_files`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -25,7 +23,6 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, encode_cursor
 from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
-from nbcast.delivery.models import RenditionState
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.executor.control import MAX_RUN_ID, cancel_run, own_run, run_not_found
 from nbcast.executor.models import RunKind, RunState
@@ -41,16 +38,15 @@ from nbcast.server_extension.routes import API, Operation, Param, route
 __all__ = [
     "LINK_OPENS_SHOWN",
     "MAX_LIST",
+    "NOTEBOOK_MEDIA",
     "RUN_ID",
+    "RunBase",
     "RunCancelHandler",
     "RunHandler",
-    "RunNotebookHandler",
-    "RunRenditionHandler",
     "RunRerunHandler",
     "RunsHandler",
     "known_tenant",
     "require_run_tenant",
-    "send_attachment",
 ]
 
 MAX_LIST = 500
@@ -296,34 +292,9 @@ def require_run_tenant(session: Session, caller: Caller, run_id: int) -> None:
         raise run_not_found(run_id, caller.tenant)
 
 
-_FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+class RunBase(ApiHandler):
+    """What the run handlers share: the run id of the path, the caller's run."""
 
-
-def send_attachment(
-    handler: ApiHandler, data: bytes, media_type: str, filename: str, *, inline: bool = False
-) -> None:
-    """Answer ``data`` as a download: an attachment the browser saves, never renders
-    as this origin's page (module docstring). With ``inline``, HTML and PDF are shown
-    in the browser instead, under the signed links' policies (HTML sandboxed: no
-    script runs, nothing is fetched); other files still download."""
-    from nbcast.server_extension.handlers.links import shown_policy
-
-    safe = _FILENAME_UNSAFE.sub("_", filename).strip("._")[:120] or "download"
-    policy, shown = shown_policy(media_type) if inline else ("sandbox", False)
-    handler.set_status(200)
-    disposition = "inline" if shown else "attachment"
-    handler.set_header("Content-Disposition", f'{disposition}; filename="{safe}"')
-    handler.set_header("X-Content-Type-Options", "nosniff")
-    handler.set_header("Content-Security-Policy", policy)
-    handler.set_header("Cache-Control", "private, no-store")
-    # jupyter-server's APIHandler.finish sets the type (application/json unless told).
-    handler.finish(data, set_content_type=media_type)
-
-
-# -- handlers ---------------------------------------------------------------------
-
-
-class _RunBase(ApiHandler):
     def run_id(self, raw: str) -> int:
         run_id = self.path_int("run_id", raw)
         if not 1 <= run_id <= MAX_RUN_ID:
@@ -368,7 +339,7 @@ class _RunBase(ApiHandler):
         errors=(400, 403, 404),
     ),
 )
-class RunsHandler(_RunBase):
+class RunsHandler(RunBase):
     """The run list (:func:`~nbcast.executor.queries.list_runs`)."""
 
     @authorized
@@ -437,7 +408,7 @@ def _field_of(message: str) -> str | None:
         response=RUN_DETAIL,
     ),
 )
-class RunHandler(_RunBase):
+class RunHandler(RunBase):
     """One run (:func:`~nbcast.executor.queries.get_run`)."""
 
     @authorized
@@ -470,7 +441,7 @@ class RunHandler(_RunBase):
         errors=(400, 403, 404, 409),
     ),
 )
-class RunCancelHandler(_RunBase):
+class RunCancelHandler(RunBase):
     """Cancel (:func:`~nbcast.executor.control.cancel_run`); a finished run is 409."""
 
     @authorized
@@ -500,7 +471,7 @@ class RunCancelHandler(_RunBase):
         errors=(400, 403, 404, 409),
     ),
 )
-class RunRerunHandler(_RunBase):
+class RunRerunHandler(RunBase):
     """Rerun (:func:`~nbcast.scheduler.control.rerun_run`); a run still active is 409."""
 
     @authorized
@@ -525,96 +496,3 @@ class RunRerunHandler(_RunBase):
         with self.state.db.session() as session:
             require_run_tenant(session, caller, run_id)
         return rerun_run(self.state.db, self.state.clock, caller, run_id)
-
-
-@route(
-    f"{API}/runs/{{run_id}}/notebook",
-    Operation(
-        "get",
-        "Download the run's executed notebook (its latest attempt's, for a failed run)",
-        tag="runs",
-        params=(RUN_ID,),
-        media=NOTEBOOK_MEDIA,
-    ),
-)
-class RunNotebookHandler(_RunBase):
-    """The executed notebook from the artifact store, as an attachment."""
-
-    @authorized
-    async def get(self, run_id: str) -> None:
-        """The notebook's bytes; 404 while the run has none."""
-        self.caller  # noqa: B018
-        detail, data = await self.call(self._notebook, self.run_id(run_id))
-        send_attachment(self, data, NOTEBOOK_MEDIA, f"{detail.definition}-run{detail.id}.ipynb")
-
-    def _notebook(self, run_id: int) -> tuple[RunDetail, bytes]:
-        detail = self.detail(run_id)
-        return detail, self._artifact(detail.notebook_sha256, f"run {run_id} has no notebook")
-
-    def _artifact(self, sha256: str | None, missing: str) -> bytes:
-        if sha256 is None:
-            raise ApiError(404, missing, code="not_found")
-        try:
-            return self.state.store.get(sha256)
-        except (KeyError, FileNotFoundError, ConfigError):
-            raise ApiError(
-                404, f"{missing} (not in the artifact store)", code="not_found"
-            ) from None
-
-
-@route(
-    f"{API}/runs/{{run_id}}/renditions/{{rendition_id}}",
-    Operation(
-        "get",
-        "Download one rendition of the run (HTML, PDF, XLSX, CSV) with its content type, "
-        "as an attachment (HTML also sandboxed)",
-        tag="runs",
-        params=(
-            RUN_ID,
-            Param(
-                "rendition_id",
-                "path",
-                {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID},
-                description="A rendition id from the run's `renditions`",
-            ),
-            Param(
-                "disposition",
-                schema={
-                    "type": "string",
-                    "enum": ["attachment", "inline"],
-                    "default": "attachment",
-                },
-                description="inline: show HTML (sandboxed) and PDF in the browser; other "
-                "files download either way",
-            ),
-        ),
-        media="application/octet-stream",
-    ),
-)
-class RunRenditionHandler(RunNotebookHandler):
-    """One rendition's bytes (:func:`~nbcast.delivery.queries.renditions_of_run`)."""
-
-    @authorized
-    async def get(self, run_id: str, rendition_id: str) -> None:  # type: ignore[override]
-        """The rendition; 404 for one not rendered (yet, or ever)."""
-        self.caller  # noqa: B018
-        number = self.run_id(run_id)
-        rendition = self.path_int("rendition_id", rendition_id)
-        disposition = self.query("disposition", max_length=16) or "attachment"
-        if disposition not in ("attachment", "inline"):
-            raise ApiError(400, "disposition must be attachment or inline", field="disposition")
-        media, filename, data = await self.call(self._rendition, number, rendition)
-        send_attachment(self, data, media, filename, inline=disposition == "inline")
-
-    def _rendition(self, run_id: int, rendition_id: int) -> tuple[str, str, bytes]:
-        detail = self.detail(run_id)
-        found = [r for r in detail.renditions if r.id == rendition_id]
-        if not found:
-            raise ApiError(404, f"run {run_id} has no rendition {rendition_id}", code="not_found")
-        [rendition] = found
-        missing = f"rendition {rendition_id} of run {run_id} is {rendition.state.value}"
-        sha256 = rendition.sha256 if rendition.state == RenditionState.DONE else None
-        data = self._artifact(sha256, missing)
-        media = rendition.media_type or "application/octet-stream"
-        filename = rendition.filename or f"{detail.definition}-run{run_id}.{rendition.format}"
-        return media, filename, data
