@@ -61,10 +61,15 @@ class LabDriver:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.shots = shots
-        self.console_errors: list[str] = []
+        self.console_errors: list[tuple[str, str]] = []
+        """(text, URL) of each console error (a failed request's URL is its resource's)."""
         page.on(
             "console",
-            lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
+            lambda m: (
+                self.console_errors.append((m.text, m.location.get("url", "")))
+                if m.type == "error"
+                else None
+            ),
         )
 
     # -- Lab itself -----------------------------------------------------------------------

@@ -226,6 +226,9 @@ export interface NotebookCheck {
   } | null;
   channels: string[];
   formats: string[];
+  /** The zones a schedule may name; `timezone`: the asked-for zone as one of them. */
+  zones: string[];
+  timezone: string | null;
 }
 
 export interface Published {
@@ -252,7 +255,8 @@ export const api = {
     do {
       const page = await api.definitions(500, after);
       all.push(...page.items);
-      after = page.next ?? undefined;
+      // A page that brings nothing, or the same cursor again, ends the walk.
+      after = page.items.length && page.next !== after ? (page.next ?? undefined) : undefined;
     } while (after && all.length < cap);
     return all;
   },
@@ -262,8 +266,11 @@ export const api = {
   runs: (definition: string, limit = 50) =>
     requestAPI<Page<Run>>('runs', {}, { definition, limit: String(limit), order: 'desc' }),
   run: (id: number) => requestAPI<RunDetail>(`runs/${id}`),
-  check: (notebook: unknown, path: string, name?: string) =>
-    requestAPI<NotebookCheck>('notebooks/check', post({ notebook, path, ...(name ? { name } : {}) })),
+  check: (notebook: unknown, path: string, timezone?: string) =>
+    requestAPI<NotebookCheck>(
+      'notebooks/check',
+      post({ notebook, path, ...(timezone ? { timezone } : {}) })
+    ),
   publish: (path: string, message: string, name?: string) =>
     requestAPI<Published>('definitions', post({ path, message, ...(name ? { name } : {}) })),
   preview: (query: Record<string, string>) =>

@@ -109,9 +109,11 @@ export class ScheduleBody extends ReactWidget {
     const block = notebook?.metadata?.nbcast;
     this.original = block && typeof block === 'object' && !Array.isArray(block) ? block : null;
     this.check = check;
+    // The browser's zone as a schedule may name it (an alias such as Asia/Calcutta is
+    // answered as Asia/Kolkata by the server), else UTC.
     this.form = blockToForm(this.original, check.parameters, {
       name: check.name ?? stem(access.path),
-      timezone: browserZone()
+      timezone: check.timezone ?? 'UTC'
     });
     if (check.problem && this.original) {
       this.showProblem(check.problem.field, check.problem.message);
@@ -257,18 +259,6 @@ const ADVANCED_KEYS: Record<string, true> = {
   jitter: true
 };
 
-let zones: string[] | null = null;
-function zoneList(): string[] {
-  if (zones === null) {
-    try {
-      zones = (Intl as any).supportedValuesOf('timeZone') as string[];
-    } catch {
-      zones = [];
-    }
-    if (!zones.includes('UTC')) zones = ['UTC', ...zones];
-  }
-  return zones;
-}
 
 function Published(props: { check: NotebookCheck | null; path: string }): JSX.Element {
   const p = props.check?.published;
@@ -496,7 +486,7 @@ function ScheduleFormView(props: { body: ScheduleBody }): JSX.Element {
               onChange={e => body.change(m => (m.timezone = e.target.value), true)}
             />
             <datalist id="nbcast-zones">
-              {zoneList().map(z => (
+              {(body.check?.zones ?? []).map(z => (
                 <option key={z} value={z} />
               ))}
             </datalist>
@@ -633,7 +623,7 @@ export async function openScheduleDialog(access: NotebookAccess): Promise<string
   let check: NotebookCheck;
   try {
     notebook = await access.read();
-    check = await api.check(notebook, access.path);
+    check = await api.check(notebook, access.path, browserZone());
   } catch (e) {
     Notification.error(`nbcast: ${e instanceof Error ? e.message : String(e)}`, { autoClose: 8000 });
     return null;

@@ -274,7 +274,7 @@ def zone_problem(name: str) -> str | None:
     if name == "localtime":
         return "'localtime' means this machine's zone; name the zone (e.g. 'Europe/Berlin')"
     if name in available_timezones():
-        hint = _canonical_twin(name)
+        hint = canonical_twin(name)
         use = f"; use {hint!r}" if hint else ""
         return f"{clip(name)} is not a canonical IANA location zone{use}"
     return f"{clip(name)} is not an IANA time zone"
@@ -300,7 +300,7 @@ def canonical_zones() -> frozenset[str]:
     return _ZONES
 
 
-def _canonical_twin(name: str) -> str | None:
+def canonical_twin(name: str) -> str | None:
     """The canonical zone that keeps the same UTC offsets as ``name`` (sampled four
     times a year from 1970 to 2040), for the hint; None if none does."""
     from datetime import UTC

@@ -422,4 +422,11 @@ def test_the_panel_polls_while_visible_and_not_while_hidden(driver: Any) -> None
 
 
 def test_no_console_errors(driver: Any) -> None:
-    assert driver.console_errors == []
+    """Only the refusals the tests asked for: the previews of a zone that does not exist
+    and of a cron that is not one (400s the dialog shows next to the schedule)."""
+    unexpected = [
+        (message, url)
+        for message, url in driver.console_errors
+        if not ("status of 400" in message and "/nbcast/api/v1/schedule/preview" in url)
+    ]
+    assert unexpected == []

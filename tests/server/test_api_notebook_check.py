@@ -143,6 +143,26 @@ def test_a_published_notebook_shows_its_version_and_whether_it_changed(
         assert check(bob, document, notebook=report())["published"] is None
 
 
+def test_the_browser_zone_is_answered_as_a_schedule_may_name_it(
+    alice: httpx.Client, document: dict[str, Any]
+) -> None:
+    answers = {
+        zone: check(alice, document, notebook=report(), timezone=zone)["timezone"]
+        for zone in ("Europe/Berlin", "Asia/Calcutta", "US/Eastern", "UTC", "Mars/Olympus")
+    }
+    assert answers == {
+        "Europe/Berlin": "Europe/Berlin",
+        "Asia/Calcutta": "Asia/Kolkata",
+        "US/Eastern": "America/New_York",
+        "UTC": "UTC",
+        "Mars/Olympus": None,
+    }
+    zones = check(alice, document, notebook=report())["zones"]
+    assert {"Europe/Berlin", "Asia/Kolkata", "UTC", "Etc/GMT+5"} <= set(zones)
+    assert not {"Asia/Calcutta", "US/Eastern", "localtime"} & set(zones)
+    assert zones == sorted(zones)
+
+
 def test_a_bad_request_is_a_400_naming_its_field(
     alice: httpx.Client, document: dict[str, Any]
 ) -> None:
@@ -153,6 +173,8 @@ def test_a_bad_request_is_a_400_naming_its_field(
         ({"notebook": report(), "path": 7}, "path"),
         ({"notebook": report(), "path": "x" * 1025}, "path"),
         ({"notebook": report(), "name": "n" * 201}, "name"),
+        ({"notebook": report(), "timezone": "Z" * 65}, "timezone"),
+        ({"notebook": report(), "timezone": ["UTC"]}, "timezone"),
     ):
         answer = alice.post(PATH, json=body)
         assert answer.status_code == 400, (body, answer.text)

@@ -27,6 +27,10 @@ describe('describeSchedule', () => {
       'At 07:00, Monday through Friday (UTC time)'
     );
   });
+  it("knows nbcast's macros", () => {
+    expect(describeSchedule('cron', '@daily', '', 'UTC').text).toBe('At 00:00 (UTC time)');
+    expect(describeSchedule('cron', ' @Hourly ', '', 'UTC').text).toBe('Every hour (UTC time)');
+  });
   it('refuses what is not a five-field cron or an interval', () => {
     expect(describeSchedule('cron', '* * *', '', 'UTC')).toEqual({
       ok: false,

@@ -68,12 +68,13 @@ export function describeSchedule(
       ? { ok: true, text: `${words}, counted from the schedule's anchor (no DST effects).` }
       : { ok: false, text: 'An interval is a number and a unit: 15m, 6h, 1d, 1h30m.' };
   }
-  const fields = cron.trim().split(/\s+/);
+  const expanded = MACROS[cron.trim().toLowerCase()] ?? cron.trim();
+  const fields = expanded.split(/\s+/);
   if (fields.length !== 5) {
     return { ok: false, text: 'A cron has five fields: minute hour day-of-month month day-of-week.' };
   }
   try {
-    const words = cronstrue.toString(cron.trim(), {
+    const words = cronstrue.toString(expanded, {
       use24HourTimeFormat: true,
       throwExceptionOnParseError: true,
       verbose: false
@@ -83,6 +84,17 @@ export function describeSchedule(
     return { ok: false, text: String(error).replace(/^Error: /, '') };
   }
 }
+
+/** The macros nbcast's cron accepts (nbcast/definitions/cron.py), as their five fields. */
+export const MACROS: Record<string, string> = {
+  '@yearly': '0 0 1 1 *',
+  '@annually': '0 0 1 1 *',
+  '@monthly': '0 0 1 * *',
+  '@weekly': '0 0 * * 0',
+  '@daily': '0 0 * * *',
+  '@midnight': '0 0 * * *',
+  '@hourly': '0 * * * *'
+};
 
 const WEEKDAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
 

@@ -15,7 +15,11 @@ The answer has everything the form shows beside its fields:
   latest version, the file it is bound to, whether it is paused, and whether this
   notebook equals its latest version (so the dialog can say "version 3, unchanged");
 - ``channels`` and ``formats``: the names the registries know (built-ins and plug-ins),
-  the choices of the subscription and output inputs.
+  the choices of the subscription and output inputs;
+- ``zones``: the time zones a schedule may name (canonical IANA location zones,
+  ``UTC``, ``Etc/``), and ``timezone``: the request's ``timezone`` (the browser's) as
+  one of them — itself, or the canonical zone with the same offsets for an alias such
+  as ``Asia/Calcutta`` (what browsers report for India), or null — the dialog's default.
 
 It runs the same validation as publishing (:func:`nbcast.definitions.versions.prepare_loaded`),
 so a notebook that checks clean publishes clean, save for a race with another publish.
@@ -23,7 +27,9 @@ so a notebook that checks clean publishes clean, save for a race with another pu
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+from zoneinfo import available_timezones
 
 from jupyter_server.auth.decorator import authorized
 
@@ -31,7 +37,7 @@ from nbcast.access import Caller
 from nbcast.definitions.notebook import loaded_document, parameters_cell
 from nbcast.definitions.parameters import parse_parameters_cell, schema_to_json
 from nbcast.definitions.queries import get_definition, get_version
-from nbcast.definitions.spec import check_name
+from nbcast.definitions.spec import canonical_twin, canonical_zones, check_name, zone_problem
 from nbcast.definitions.versions import prepare_loaded
 from nbcast.errors import MetadataError, NbcastError, UnknownDefinitionError
 from nbcast.limits import clip
@@ -63,6 +69,11 @@ CHECK_BODY = schema(
                 "description": "Its contents path: names the definition by default",
             },
             "name": {"type": "string", "description": "The definition name to publish as"},
+            "timezone": {
+                "type": "string",
+                "maxLength": 64,
+                "description": "A zone (the browser's) to answer as a schedule may name it",
+            },
         },
         "additionalProperties": False,
     },
@@ -79,6 +90,8 @@ CHECK = schema(
             "published",
             "channels",
             "formats",
+            "zones",
+            "timezone",
         ],
         "properties": {
             "name": _NULLABLE_STRING,
@@ -117,6 +130,8 @@ CHECK = schema(
             },
             "channels": {"type": "array", "items": _STRING},
             "formats": {"type": "array", "items": _STRING},
+            "zones": {"type": "array", "items": _STRING},
+            "timezone": _NULLABLE_STRING,
         },
     },
 )
@@ -143,7 +158,7 @@ class NotebookCheckHandler(ApiHandler):
         """Check the notebook of the body."""
         caller = self.caller
         body = self.json_object()
-        unknown = sorted(set(body) - {"notebook", "path", "name"})
+        unknown = sorted(set(body) - {"notebook", "path", "name", "timezone"})
         if unknown:
             raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])
         notebook = body.get("notebook")
@@ -155,8 +170,14 @@ class NotebookCheckHandler(ApiHandler):
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or len(name) > 200):
             raise ApiError(400, "name must be text of at most 200 characters", field="name")
+        zone = body.get("timezone")
+        if zone is not None and (not isinstance(zone, str) or len(zone) > 64):
+            raise ApiError(400, "timezone must be text of at most 64 characters", field="timezone")
         origin = (path or f"{name or 'report'}.ipynb").rsplit("/", 1)[-1]
-        self.write_json(await self.call(self._check, caller, notebook, origin, name or None))
+        result = await self.call(self._check, caller, notebook, origin, name or None)
+        result["zones"] = sorted(canonical_zones())
+        result["timezone"] = None if zone is None else await self.call(schedule_zone, zone)
+        self.write_json(result)
 
     def _check(
         self, caller: Caller, notebook: dict[str, Any], origin: str, name: str | None
@@ -215,6 +236,17 @@ class NotebookCheckHandler(ApiHandler):
             "paused": record.paused,
             "same": sha256 is not None and latest.sha256 == sha256,
         }
+
+
+@functools.lru_cache(maxsize=64)
+def schedule_zone(name: str) -> str | None:
+    """``name`` as a schedule may name it: itself when accepted, else the canonical zone
+    that keeps its offsets (an alias: ``Asia/Calcutta`` is ``Asia/Kolkata``), else None."""
+    if zone_problem(name) is None:
+        return name
+    if name in available_timezones():
+        return canonical_twin(name)
+    return None
 
 
 def _name_or_none(name: str | None, block: dict[str, Any] | None) -> str | None:
