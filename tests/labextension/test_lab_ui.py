@@ -39,6 +39,8 @@ pytestmark = [pytest.mark.chromium, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "notebooks" / "examples"
 NOTEBOOK = "daily_sales.ipynb"
+CLOSED = "quality_checks.ipynb"
+"""A notebook that is never opened in an editor: the dialog reads and writes its file."""
 BROWSER_ZONE = "America/New_York"
 
 
@@ -71,8 +73,8 @@ def _require_browser() -> None:
     pytest.skip(missing)
 
 
-def _notebook_without_block(target: Path) -> Path:
-    notebook = json.loads((EXAMPLES / NOTEBOOK).read_text())
+def _notebook_without_block(target: Path, source: Path = EXAMPLES / NOTEBOOK) -> Path:
+    notebook = json.loads(source.read_text())
     notebook["metadata"].pop("nbcast", None)
     target.write_text(json.dumps(notebook, indent=1))
     return target
@@ -97,6 +99,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, mailbox: FakeSMTPServer) -> It
     _require_browser()
     folder = tmp_path_factory.mktemp("lab")
     _notebook_without_block(folder / NOTEBOOK)
+    _notebook_without_block(folder / CLOSED, EXAMPLES / "data_quality.ipynb")
     server = LiveServer(
         folder,
         command="lab",
@@ -279,6 +282,26 @@ def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
     assert (version["message"], version["nbcast"]) == ("first version", expected)
 
 
+def test_a_notebook_not_open_is_scheduled_from_the_file_browser(
+    driver: Any, lab: LiveServer
+) -> None:
+    dialog = driver.schedule_from_file_browser(CLOSED)
+    assert text(dialog.locator(".nbcast-Path")) == CLOSED
+    dialog.locator("input[name='nbcast-kind'][value='manual']").check()
+    assert text(dialog.locator("[data-testid='describe']")) == (
+        "No schedule: runs only when asked (Run now, or the API)."
+    )
+    driver.save()
+    driver.saved()
+    assert json.loads((lab.folder / CLOSED).read_text())["metadata"]["nbcast"] == {
+        "name": "quality_checks",
+        "outputs": ["html"],
+    }
+    listed = {d["name"]: d["schedule"] for d in api(lab, "definitions")["items"]}
+    assert listed == {"daily-sales": "0 7 * * 1-5 (Europe/Berlin)", "quality_checks": "manual"}
+    driver.activate_tab(NOTEBOOK)
+
+
 def test_reopening_shows_the_published_settings_and_version(driver: Any) -> None:
     dialog = driver.schedule_from_toolbar()
     assert text(dialog.locator(".nbcast-Status")) == (
@@ -298,8 +321,9 @@ def test_reopening_shows_the_published_settings_and_version(driver: Any) -> None
 
 def test_the_panel_lists_the_report_with_its_next_fire(driver: Any, lab: LiveServer) -> None:
     panel = driver.open_panel()
-    # After publishing, the panel shows that report; its back button leads to the list.
-    panel.locator(".nbcast-Definition[data-definition='daily-sales']").wait_for()
+    # After publishing, the panel shows the report just published (the last one,
+    # quality_checks); its back button leads to the list.
+    panel.locator(".nbcast-Definition[data-definition='quality_checks']").wait_for()
     panel.locator(".nbcast-Back").click()
     row = panel.locator("tr[data-definition='daily-sales']")
     row.wait_for()
@@ -377,6 +401,28 @@ def test_pause_from_the_panel(driver: Any, lab: LiveServer) -> None:
     definition.get_by_role("button", name="Resume").wait_for()
     assert api(lab, "definitions/daily-sales")["paused"] is True
     driver.screenshot("12-panel-paused")
+    definition.get_by_role("button", name="Resume").click()
+    definition.get_by_role("button", name="Pause").wait_for()
+    assert definition.locator("h3 .nbcast-Paused").count() == 0
+    assert api(lab, "definitions/daily-sales")["paused"] is False
+
+
+def test_backfill_from_the_panel(driver: Any, lab: LiveServer) -> None:
+    definition = driver.page.locator(f"{lab_ui.PANEL} .nbcast-Definition")
+    definition.get_by_role("button", name="Backfill…").click()
+    dialog = driver.page.locator(".jp-Dialog")
+    assert text(dialog.locator(".jp-Dialog-header")) == "Backfill daily-sales"
+    # Monday 23 and Tuesday 24 November 2026, 07:00 Berlin: two weekday slots.
+    dialog.locator("[aria-label='Backfill from']").fill("2026-11-23")
+    dialog.locator("[aria-label='Backfill until']").fill("2026-11-25")
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    dialog.wait_for(state="detached")
+    runs = api(lab, "runs?definition=daily-sales&kind=backfill")["items"]
+    assert sorted(r["slot_key"] for r in runs) == ["2026-11-23T07:00", "2026-11-24T07:00"]
+    assert [r["parameters"]["report_date"] for r in sorted(runs, key=lambda r: r["slot_key"])] == [
+        "2026-11-20",
+        "2026-11-23",
+    ]
 
 
 def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) -> None:
