@@ -18,6 +18,7 @@ integers in values              ±(2**63 - 1)               parameters, metadata
 strings in values               1 MiB each                 parameters, metadata block
 description                     10,000 characters          metadata block
 declared parameters             500                        parameters cell
+parameters cell source          100,000 characters         parameters cell
 subscriptions                   1,000                      metadata block
 durations (any)                 3,660 days                 ``parse_duration``
 ``every``, ``grace``,           366 days                   metadata block, ``schedule preview``
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_NOTEBOOK_DEPTH",
     "MAX_NOTEBOOK_FILE_BYTES",
     "MAX_PARAMETERS",
+    "MAX_PARAMETERS_CELL_CHARS",
     "MAX_SCHEDULE_DURATION",
     "MAX_SLOTS_PER_PASS",
     "MAX_STRING_CHARS",
@@ -89,6 +91,9 @@ MAX_INT = 2**63 - 1
 MAX_STRING_CHARS = 1024 * 1024
 MAX_DESCRIPTION_CHARS = 10_000
 MAX_PARAMETERS = 500
+MAX_PARAMETERS_CELL_CHARS = 100_000
+"""The longest ``parameters`` cell read (tokenizing and parsing a megabyte of Python
+takes seconds; a real parameters cell is a few lines)."""
 MAX_SUBSCRIPTIONS = 1_000
 MAX_DURATION = timedelta(days=3660)
 MAX_SCHEDULE_DURATION = timedelta(days=366)

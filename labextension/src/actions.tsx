@@ -9,7 +9,7 @@ import * as React from 'react';
 
 import { api, diffPage, runNotebookPage, type DefinitionDetail, type RunDetail } from './api';
 import { FieldError, ParameterRows } from './components';
-import { parameterInputs, parameterValues, type ParameterInput } from './form/model';
+import { parameterInputs, parameterValues, type Block, type ParameterInput } from './form/model';
 
 /** A dialog whose accept button runs `submit` and closes only when it succeeds. */
 class CheckedDialog extends Dialog<void> {
@@ -39,12 +39,23 @@ class RunNowBody extends ReactWidget {
     super();
     this.addClass('nbcast-RunNow');
     // The form starts from the version's own values (bindings included).
-    this.inputs = parameterInputs(definition.parameters, (definition.nbcast?.parameters as any) ?? {});
+    const given = definition.nbcast?.parameters;
+    this.inputs = parameterInputs(
+      definition.parameters,
+      given && typeof given === 'object' && !Array.isArray(given) ? (given as Block) : {}
+    );
   }
 
   async submit(): Promise<boolean> {
     const errors: Record<string, string> = {};
-    const values = parameterValues(this.inputs, this.definition.parameters, errors);
+    let values: ReturnType<typeof parameterValues>;
+    try {
+      values = parameterValues(this.inputs, this.definition.parameters, errors);
+    } catch (e) {
+      this.errors = { general: e instanceof Error ? e.message : String(e) };
+      this.update();
+      return false;
+    }
     this.errors = errors;
     if (Object.keys(errors).length) {
       this.update();

@@ -221,6 +221,8 @@ export interface NotebookCheck {
     name: string;
     latest_version: number;
     source_path: string;
+    /** The definition is bound to this very file. */
+    this_file: boolean;
     paused: boolean;
     same: boolean;
   } | null;

@@ -74,6 +74,18 @@ export function fileAccess(contents: Contents.IManager, path: string): NotebookA
 
 const DEBOUNCE_MS = 350;
 
+/** The notebook as the check needs it: outputs and counts are not part of a version
+ * (publishing strips them too), and a large plot would only cost the request. */
+export function withoutOutputs(notebook: any): any {
+  if (!notebook || !Array.isArray(notebook.cells)) return notebook;
+  return {
+    ...notebook,
+    cells: notebook.cells.map((cell: any) =>
+      cell && cell.cell_type === 'code' ? { ...cell, outputs: [], execution_count: null } : cell
+    )
+  };
+}
+
 function stem(path: string): string {
   const file = path.split('/').pop() ?? 'report';
   const base = file.replace(/\.ipynb$/i, '').replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-._]+|[-._]+$/g, '');
@@ -194,7 +206,14 @@ export class ScheduleBody extends ReactWidget {
   /** Check, write and publish (module docstring); true once published. */
   async save(): Promise<boolean> {
     if (this.busy) return false;
-    const result = formToBlock(this.form, this.schema, this.original);
+    let result: ReturnType<typeof formToBlock>;
+    try {
+      result = formToBlock(this.form, this.schema, this.original);
+    } catch (e) {
+      this.errors = { general: e instanceof Error ? e.message : String(e) };
+      this.update();
+      return false;
+    }
     this.errors = { ...result.errors };
     if (Object.keys(result.errors).length) {
       if (Object.keys(result.errors).some(k => k in ADVANCED_KEYS)) this.openAdvanced = true;
@@ -204,7 +223,7 @@ export class ScheduleBody extends ReactWidget {
     this.busy = true;
     this.update();
     try {
-      const notebook = await this.access.read();
+      const notebook = withoutOutputs(await this.access.read());
       const candidate = { ...notebook, metadata: { ...(notebook.metadata ?? {}), nbcast: result.block } };
       const check = await api.check(candidate, this.access.path);
       if (check.problem) {
@@ -269,7 +288,7 @@ function Published(props: { check: NotebookCheck | null; path: string }): JSX.El
       </p>
     );
   }
-  const bound = p.source_path.endsWith(props.path);
+  const bound = p.this_file;
   return (
     <p className="nbcast-Status" data-published={p.latest_version}>
       Published as <strong>{p.name}</strong>, version <strong>{p.latest_version}</strong>
@@ -623,7 +642,7 @@ export async function openScheduleDialog(access: NotebookAccess): Promise<string
   let check: NotebookCheck;
   try {
     notebook = await access.read();
-    check = await api.check(notebook, access.path, browserZone());
+    check = await api.check(withoutOutputs(notebook), access.path, browserZone());
   } catch (e) {
     Notification.error(`nbcast: ${e instanceof Error ? e.message : String(e)}`, { autoClose: 8000 });
     return null;

@@ -97,7 +97,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
           // A definition is bound to the file's absolute path; Lab opens paths under its root.
           const root = (app as any).paths?.directories?.serverRoot as string | undefined;
           let relative = path;
-          if (root && path.startsWith(root)) relative = path.slice(root.length).replace(/^\/+/, '');
+          const prefix = root ? root.replace(/\/+$/, '') + '/' : null;
+          if (prefix && path.startsWith(prefix)) relative = path.slice(prefix.length);
           void docManager.openOrReveal(relative);
         }
       },

@@ -58,12 +58,15 @@ export class ReportsPanel extends ReactWidget {
   filter = '';
   private _poll: Poll;
   private _refreshes = 0;
+  private _forced = true;
+  private _interval: number;
 
   constructor(
     readonly actions: PanelActions,
     interval: number
   ) {
     super();
+    this._interval = interval;
     this.id = 'nbcast-reports';
     this.addClass('nbcast-Panel');
     this.title.caption = 'nbcast reports';
@@ -77,12 +80,31 @@ export class ReportsPanel extends ReactWidget {
   }
 
   set interval(seconds: number) {
+    this._interval = seconds;
     this._poll.frequency = { interval: seconds * 1000, backoff: true, max: 10 * seconds * 1000 };
+  }
+
+  /** Seconds between two polls of the whole list: the interval, or one second per
+ * hundred reports if that is longer (a tenant of 10,000 reports is walked every
+ * 100 s, not every 5 s; what the user opens, or asks for, is loaded at once). */
+  listGap(): number {
+    return Math.max(this._interval, (this.data.definitions?.length ?? 0) / 100);
   }
 
   /** Load what the current view shows. */
   async refresh(): Promise<void> {
     const view = this.view;
+    const forced = this._forced;
+    this._forced = false;
+    if (
+      view.kind === 'list' &&
+      !forced &&
+      this.data.definitions !== null &&
+      this.data.loadedAt !== null &&
+      Date.now() - this.data.loadedAt < this.listGap() * 1000 - 250
+    ) {
+      return;
+    }
     try {
       if (view.kind === 'list') {
         const definitions = await api.allDefinitions();
@@ -123,18 +145,19 @@ export class ReportsPanel extends ReactWidget {
       this.data = { ...this.data, run: null };
     }
     this.update();
-    void this._poll.refresh();
+    this.reload();
   }
 
-  /** Reload now (after an action). */
+  /** Reload now (after an action, on show, on the refresh button). */
   reload(): void {
+    this._forced = true;
     void this._poll.refresh();
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     void this._poll.start();
-    void this._poll.refresh();
+    this.reload();
   }
 
   protected onAfterHide(msg: Message): void {

@@ -38,7 +38,7 @@ from typing import Any
 
 from nbcast.definitions.bindings import is_binding, parse_binding
 from nbcast.errors import MetadataError, ParametersCellError, ParameterValueError
-from nbcast.limits import MAX_PARAMETERS, clip, json_problem
+from nbcast.limits import MAX_PARAMETERS, MAX_PARAMETERS_CELL_CHARS, clip, json_problem
 
 __all__ = [
     "Parameter",
@@ -105,7 +105,13 @@ def _comments(source: str) -> dict[int, str]:
 
 
 def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
-    """Derive the parameter schema from the source of the ``parameters`` cell."""
+    """Derive the parameter schema from the source of the ``parameters`` cell (at most
+    :data:`~nbcast.limits.MAX_PARAMETERS_CELL_CHARS` characters)."""
+    if len(source) > MAX_PARAMETERS_CELL_CHARS:
+        raise ParametersCellError(
+            f"the cell is {len(source):,} characters, over the limit of "
+            f"{MAX_PARAMETERS_CELL_CHARS:,} (a parameters cell holds a few assignments)"
+        )
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from nbcast.definitions.zones import zone_problem
 from nbcast.durations import parse_duration
 from nbcast.errors import MetadataError, ParameterValueError, ScheduleError
 from nbcast.limits import (
@@ -255,77 +255,6 @@ def _zone(value: Any, path: str) -> str:
     if problem:
         raise MetadataError(path, problem)
     return str(value)
-
-
-def zone_problem(name: str) -> str | None:
-    """Why ``name`` is not accepted as a time zone, or None.
-
-    Accepted: the canonical IANA location zones (``zone1970.tab`` and ``zone.tab`` of
-    the tzdata shipped with nbcast), ``UTC`` and the fixed ``Etc/`` zones. Refused,
-    with a hint: legacy aliases (``US/Eastern``, ``EST5EDT``) and ``localtime``, whose
-    meaning depends on the machine — a schedule must mean the same wherever it runs.
-    """
-    if name in canonical_zones():
-        try:
-            ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            return f"{clip(name)} is not an IANA time zone"
-        return None
-    if name == "localtime":
-        return "'localtime' means this machine's zone; name the zone (e.g. 'Europe/Berlin')"
-    if name in available_timezones():
-        hint = canonical_twin(name)
-        use = f"; use {hint!r}" if hint else ""
-        return f"{clip(name)} is not a canonical IANA location zone{use}"
-    return f"{clip(name)} is not an IANA time zone"
-
-
-_ZONES: frozenset[str] | None = None
-
-
-def canonical_zones() -> frozenset[str]:
-    """The zone names :func:`zone_problem` accepts."""
-    global _ZONES
-    if _ZONES is None:
-        from importlib.resources import files
-
-        names = {"UTC", "Etc/UTC", "Etc/GMT"}
-        names |= {f"Etc/GMT{sign}{n}" for sign in "+-" for n in range(1, 15)}
-        folder = files("tzdata").joinpath("zoneinfo")
-        for table in ("zone1970.tab", "zone.tab"):
-            for line in folder.joinpath(table).read_text(encoding="utf-8").splitlines():
-                if line and not line.startswith("#"):
-                    names.add(line.split("\t")[2])
-        _ZONES = frozenset(names)
-    return _ZONES
-
-
-def canonical_twin(name: str) -> str | None:
-    """The canonical zone that keeps the same UTC offsets as ``name`` (sampled four
-    times a year from 1970 to 2040), for the hint; None if none does."""
-    from datetime import UTC
-
-    samples = [
-        datetime(year, month, 15, 12, tzinfo=UTC)
-        for year in range(1970, 2041)
-        for month in (1, 4, 7, 10)
-    ]
-
-    def offsets(zone: str) -> list[Any]:
-        info = ZoneInfo(zone)
-        return [instant.astimezone(info).utcoffset() for instant in samples]
-
-    try:
-        wanted = offsets(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-    for candidate in sorted(canonical_zones()):
-        try:
-            if offsets(candidate) == wanted:
-                return candidate
-        except (ZoneInfoNotFoundError, ValueError):
-            continue
-    return None
 
 
 def _schedule(block: Any) -> ScheduleSpec:

@@ -118,15 +118,18 @@ def prepare_loaded(
     *,
     source_path: str,
     max_bytes: int | None = None,
+    schema: tuple[Parameter, ...] | None = None,
 ) -> PreparedVersion:
     """Validate and normalize a loaded notebook (from a file, or a request's body —
     :func:`nbcast.definitions.notebook.loaded_document`); nothing is written.
-    ``source_path`` is what the definition's name is bound to (module docstring)."""
+    ``source_path`` is what the definition's name is bound to (module docstring).
+    ``schema``: the parameters cell's, when the caller has parsed it already."""
     from nbcast.limits import notebook_byte_limit
 
     limit = notebook_byte_limit() if max_bytes is None else max_bytes
-    cell = parameters_cell(loaded.notebook)
-    schema = parse_parameters_cell(cell[1]) if cell else ()
+    if schema is None:
+        cell = parameters_cell(loaded.notebook)
+        schema = parse_parameters_cell(cell[1]) if cell else ()
     block = {} if loaded.block is None else loaded.block
     spec = parse_spec(block, schema)
     if name is not None:

@@ -25,12 +25,8 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from nbcast.definitions.spec import (
-    DstFold,
-    DstGap,
-    ScheduleSpec,
-    zone_problem,
-)
+from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
+from nbcast.definitions.zones import zone_problem
 from nbcast.durations import parse_duration
 from nbcast.errors import ScheduleError
 from nbcast.limits import MAX_SCHEDULE_DURATION

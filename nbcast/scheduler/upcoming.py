@@ -36,6 +36,8 @@ __all__ = ["MAX_UPCOMING", "UpcomingFire", "dst_note", "slot_notes", "upcoming"]
 
 MAX_UPCOMING = 100
 """Fire times one call returns at most."""
+MAX_LOOK_AHEAD = 100_000
+"""Slots the DST notes look at beyond the listed ones (a fold's worth, at most)."""
 
 _HORIZON = timedelta(days=366 * 30)
 """How far ahead the next slots are looked for (a cron on 29 February that must fall on
@@ -138,15 +140,25 @@ def slot_notes(
     """The DST note of each of a cron schedule's ``slots`` (:func:`dst_note`). An
     interval (``every``) schedule moves in absolute time and has none."""
 
-    def fires_both(slot: Slot) -> bool:
-        """Whether the second pass of ``slot``'s wall time fires too (within the
-        three hours a fold can span)."""
-        later = schedule.slots(slot.fire_at, slot.fire_at + timedelta(hours=3))
-        return any(s.key == f"{slot.key}~2" for s in later)
-
-    def in_fold(slot: Slot) -> bool:
+    def fold_length(slot: Slot) -> timedelta:
+        """How long ``slot``'s wall time is repeated (zero: it is not)."""
         first, second = _passes(slot.wall, zone)
-        return first.utcoffset() != second.utcoffset()
+        return abs((first.utcoffset() or timedelta(0)) - (second.utcoffset() or timedelta(0)))
 
-    # Only a wall time that happens twice needs the look-ahead (most slots are not).
-    return [dst_note(slot, zone, both=in_fold(slot) and fires_both(slot)) for slot in slots]
+    lengths = [fold_length(slot) for slot in slots]
+    keys = {slot.key for slot in slots}
+    # The second pass of a repeated wall time fires at most a fold's length later: when
+    # ``slots`` end before some fold does, one look-ahead to the latest such end adds
+    # the keys beyond them (a fold of any length — Apia's 24 hours in 1892 — at the
+    # cost of one enumeration, however many slots the fold holds).
+    if slots:
+        last = slots[-1].fire_at
+        ends = [s.fire_at + n for s, n in zip(slots, lengths, strict=True) if n]
+        horizon = max(ends, default=last - timedelta(minutes=1)) + timedelta(minutes=1)
+        if horizon > last:
+            beyond = islice(schedule.slots(last, horizon), MAX_LOOK_AHEAD)
+            keys.update(s.key for s in beyond)
+    return [
+        dst_note(slot, zone, both=bool(n) and f"{slot.key}~2" in keys)
+        for slot, n in zip(slots, lengths, strict=True)
+    ]

@@ -73,3 +73,25 @@ def test_ordinary_days_interval_schedules_and_bounds() -> None:
     assert all(u.note is None for u in upcoming(every, datetime(2026, 11, 1, tzinfo=UTC), 5))
     assert len(upcoming(spec, datetime(2026, 1, 1, tzinfo=UTC), 10**9)) == MAX_UPCOMING
     assert upcoming(spec, datetime(2026, 1, 1, tzinfo=UTC), -5) == []
+
+
+def test_a_fold_longer_than_hours_says_both_on_each_pass() -> None:
+    """Casey (Antarctica) went from +11 to +08 at 02:00 on 5 March 2010: 23:00 to 02:00
+    happened twice, a three-hour fold; Apia's 1892 change repeated a whole day. The
+    first pass says "runs both" when the second pass fires, however long the fold,
+    whether it is in the list or beyond it."""
+    casey = ScheduleSpec(cron="30 23 * * *", timezone="Antarctica/Casey", dst_fold=DstFold.both)
+    [first] = upcoming(casey, datetime(2010, 3, 4, 0, tzinfo=UTC), 1)  # the second is 3 h on
+    assert (first.slot_key, first.note) == (
+        "2010-03-04T23:30",
+        "23:30 happens twice on 2010-03-04: runs both (+11, then +08)",
+    )
+    apia = ScheduleSpec(cron="0 12 * * *", timezone="Pacific/Apia", dst_fold=DstFold.both)
+    # Count 1: the second pass, 24 hours later, is found beyond the list.
+    [noon] = upcoming(apia, datetime(1892, 7, 3, 12, tzinfo=UTC), 1)
+    assert noon.note == "12:00 happens twice on 1892-07-04: runs both (LMT, then LMT)"
+    assert notes(apia, datetime(1892, 7, 3, 12, tzinfo=UTC)) == [
+        ("1892-07-04T12:00", "12:00 happens twice on 1892-07-04: runs both (LMT, then LMT)"),
+        ("1892-07-04T12:00~2", "12:00 happens twice on 1892-07-04: this is the second pass (LMT)"),
+        ("1892-07-05T12:00", None),
+    ]

@@ -368,9 +368,13 @@ def test_schedule_preview_matches_the_cli(
     )
     assert [r["note"] for r in conforms(document, every, path, "get")] == [None] * 4
     for bad, field in (
-        ({**params, "cron": "nope"}, None),
+        ({**params, "cron": "nope"}, "cron"),
         ({**params, "every": "1h"}, "cron"),
-        ({**params, "tz": "Mars/Olympus"}, None),
+        ({**params, "tz": "Mars/Olympus"}, "tz"),
+        ({**params, "tz": "US/Eastern"}, "tz"),
+        ({**params, "until": "2026-03-01"}, "from"),
+        ({**params, "limit": 2}, "until"),
+        ({"every": "1s", "from": "2026-03-07", "until": "2026-03-10"}, "every"),
         ({**params, "from": "soon"}, "from"),
         ({**params, "dst_fold": "middle"}, "dst_fold"),
         ({**params, "limit": 10_001}, "limit"),

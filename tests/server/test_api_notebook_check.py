@@ -10,6 +10,7 @@ falls back, so a nightly 02:30 Berlin schedule has a DST note among its next fir
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,30 @@ def test_the_first_refusal_names_its_field_and_nothing_is_written(
         assert result["name"] == "nightly"
         assert result["next_fires"] == []
     assert alice.get(f"{API}/definitions").json()["items"] == []
+    # A block that is not a mapping, a webhook the deployment forbids (as publishing
+    # refuses it), a parameters cell too long to read: each a problem, never a 500.
+    for block in ("abc", [1], True, 5):
+        nb = report()
+        nb["metadata"]["nbcast"] = block
+        odd = check(alice, document, notebook=nb)
+        assert odd["problem"]["field"] == "nbcast", (block, odd["problem"])
+        assert odd["name"] is None
+    hook = {**BLOCK, "subscriptions": [{"channel": "webhook", "to": "http://127.0.0.1:1/x"}]}
+    refused = check(alice, document, notebook=report(hook))["problem"]
+    assert refused["field"] == "subscriptions[0].to"
+    published = alice.post(f"{API}/definitions", json={"notebook": report(hook)})
+    assert (published.status_code, published.json()["error"]["field"]) == (
+        400,
+        "subscriptions[0].to",
+    )
+    long_cell = report()
+    long_cell["cells"][0]["source"] = ["x = 1\n"] * 20_000
+    too_long = check(alice, document, notebook=long_cell)["problem"]
+    assert too_long == {
+        "field": "parameters",
+        "message": "parameters cell: the cell is 120,000 characters, over the limit of "
+        "100,000 (a parameters cell holds a few assignments)",
+    }
     broken = check(alice, document, notebook={"cells": "none"})
     assert broken["problem"]["field"] == "notebook"
     assert broken["parameters"] == []
@@ -128,6 +153,7 @@ def test_a_published_notebook_shows_its_version_and_whether_it_changed(
         "name": "nightly",
         "latest_version": 1,
         "source_path": "api:nightly",
+        "this_file": False,
         "paused": False,
         "same": True,
     }
@@ -138,6 +164,16 @@ def test_a_published_notebook_shows_its_version_and_whether_it_changed(
     refused = check(alice, document, notebook=report({**BLOCK, "outputs": []}))
     assert refused["problem"]["field"] == "outputs"
     assert (refused["published"]["latest_version"], refused["published"]["same"]) == (1, False)
+    # Published from a file: the check of that path says the definition is bound to it.
+    (server.folder / "reports").mkdir(exist_ok=True)
+    file_block = {**BLOCK, "name": "from-file"}
+    (server.folder / "reports" / "f.ipynb").write_text(json.dumps(report(file_block)))
+    by_path = alice.post(f"{API}/definitions", json={"path": "reports/f.ipynb"})
+    assert by_path.status_code == 201, by_path.text
+    mine = check(alice, document, notebook=report(file_block), path="reports/f.ipynb")
+    elsewhere = check(alice, document, notebook=report(file_block), path="other/f.ipynb")
+    assert (mine["published"]["this_file"], mine["published"]["same"]) == (True, True)
+    assert elsewhere["published"]["this_file"] is False
     # Another tenant's definition of that name is not there for bob.
     with server.client("bob") as bob:
         assert check(bob, document, notebook=report())["published"] is None

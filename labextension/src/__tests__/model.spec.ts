@@ -191,6 +191,32 @@ describe('formToBlock', () => {
   });
 });
 
+describe('parameters named like what every object inherits', () => {
+  const odd: ParameterSpec[] = [
+    { name: 'constructor', type: 'int', default: 1, help: '' },
+    { name: 'toString', type: 'str', default: 'x', help: '' },
+    { name: '__proto__', type: 'str', default: 'y', help: '' }
+  ];
+  it('are read and written as the block\'s own keys', () => {
+    const form = blockToForm({ parameters: { toString: 'given' } }, odd, defaults);
+    expect(form.parameters.map(p => [p.name, p.mode, p.text])).toEqual([
+      ['constructor', 'default', '1'],
+      ['toString', 'value', 'given'],
+      ['__proto__', 'default', 'y']
+    ]);
+    form.parameters[0].mode = 'value';
+    form.parameters[0].text = '2';
+    form.parameters[2].mode = 'value';
+    form.parameters[2].text = 'z';
+    const { block, errors } = formToBlock(form, odd, null);
+    expect(errors).toEqual({});
+    expect(JSON.parse(JSON.stringify(block.parameters))).toEqual(
+      JSON.parse('{"constructor": 2, "toString": "given", "__proto__": "z"}')
+    );
+    expect(Object.keys(block.parameters as object)).toEqual(['constructor', 'toString', '__proto__']);
+  });
+});
+
 describe('parseValue', () => {
   const spec = (type: string): ParameterSpec => ({ name: 'p', type, default: null, help: '' });
   it('types a literal by its annotation', () => {

@@ -177,6 +177,18 @@ const EMPTY_ADVANCED: Advanced = {
 const isObject = (value: unknown): value is Block =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
+/** `block[key]` if the block has that key itself: a parameter may be named
+ * `constructor` or `toString`, which every object inherits. */
+export function own(block: Block, key: string): Json | undefined {
+  return Object.prototype.hasOwnProperty.call(block, key) ? block[key] : undefined;
+}
+
+/** Set `block[key]` as the block's own key, even for `__proto__` (a valid Python
+ * name), which plain assignment would take as the object's prototype. */
+export function setOwn(block: Block, key: string, value: Json): void {
+  Object.defineProperty(block, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
 /** Canonical JSON (sorted keys), to compare two values. */
 export function canonical(value: unknown): string {
   if (Array.isArray(value)) {
@@ -394,7 +406,7 @@ export function parameterValues(
     if (parsed.error !== undefined) {
       errors[`parameter:${input.name}`] = parsed.error;
     } else if (parsed.value !== undefined) {
-      values[input.name] = parsed.value;
+      setOwn(values, input.name, parsed.value);
     }
   }
   return values;
@@ -402,7 +414,7 @@ export function parameterValues(
 
 /** The inputs of a parameter form for `schema`, filled from `values`. */
 export function parameterInputs(schema: ParameterSpec[], values: Block): ParameterInput[] {
-  return schema.map(spec => parameterInput(spec, values[spec.name]));
+  return schema.map(spec => parameterInput(spec, own(values, spec.name)));
 }
 
 /** The `nbcast` block the form stands for, keeping what `original` says beyond it. */

@@ -291,7 +291,7 @@ class RunNowHandler(ApiHandler):
     async def post(self, name: str) -> None:
         """Queue a manual run of ``name``."""
         caller = self.caller
-        body = self.json_object()
+        body = await self.json_object()
         _closed(body, {"parameters", "at"})
         parameters = body.get("parameters", {})
         if not isinstance(parameters, dict):
@@ -338,7 +338,7 @@ class BackfillHandler(ApiHandler):
     async def post(self, name: str) -> None:
         """Backfill ``name`` over the body's range."""
         caller = self.caller
-        body = self.json_object()
+        body = await self.json_object()
         _closed(body, {"from", "until"})
         for key in ("from", "until"):
             if key not in body:

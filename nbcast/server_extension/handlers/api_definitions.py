@@ -408,7 +408,7 @@ class DefinitionsHandler(ApiHandler):
     async def post(self) -> None:
         """Publish (module docstring)."""
         caller = self.caller
-        body = self.json_object()
+        body = await self.json_object()
         unknown = sorted(set(body) - {"path", "notebook", "name", "message"})
         if unknown:
             raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])

@@ -12,8 +12,9 @@ The answer has everything the form shows beside its fields:
 - ``next_fires``: the schedule's next fire times in its zone with their DST notes
   (:func:`nbcast.scheduler.upcoming.upcoming`), from the block as given;
 - ``published``: the definition of that name in the caller's tenant, if any — its
-  latest version, the file it is bound to, whether it is paused, and whether this
-  notebook equals its latest version (so the dialog can say "version 3, unchanged");
+  latest version, the file it is bound to (and whether that is the file ``path``
+  names), whether it is paused, and whether this notebook equals its latest version
+  (so the dialog can say "version 3, unchanged");
 - ``channels`` and ``formats``: the names the registries know (built-ins and plug-ins),
   the choices of the subscription and output inputs;
 - ``zones``: the time zones a schedule may name (canonical IANA location zones,
@@ -21,13 +22,17 @@ The answer has everything the form shows beside its fields:
   one of them — itself, or the canonical zone with the same offsets for an alias such
   as ``Asia/Calcutta`` (what browsers report for India), or null — the dialog's default.
 
-It runs the same validation as publishing (:func:`nbcast.definitions.versions.prepare_loaded`),
-so a notebook that checks clean publishes clean, save for a race with another publish.
+It runs the same validation as publishing (:func:`nbcast.definitions.versions.prepare_loaded`
+and the deployment's rules, :func:`~nbcast.definitions.versions.check_here`), so a
+notebook that checks clean publishes clean, save for a race with another publish. The
+notebook may come without its outputs (the dialog strips them: they are not part of a
+version, and a large plot would only cost bandwidth).
 """
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path, PurePosixPath
 from typing import Any
 from zoneinfo import available_timezones
 
@@ -37,8 +42,9 @@ from nbcast.access import Caller
 from nbcast.definitions.notebook import loaded_document, parameters_cell
 from nbcast.definitions.parameters import parse_parameters_cell, schema_to_json
 from nbcast.definitions.queries import get_definition, get_version
-from nbcast.definitions.spec import canonical_twin, canonical_zones, check_name, zone_problem
-from nbcast.definitions.versions import prepare_loaded
+from nbcast.definitions.spec import check_name
+from nbcast.definitions.versions import check_here, prepare_loaded
+from nbcast.definitions.zones import canonical_twin, canonical_zones, zone_problem
 from nbcast.errors import MetadataError, NbcastError, UnknownDefinitionError
 from nbcast.limits import clip
 from nbcast.scheduler.upcoming import upcoming
@@ -116,11 +122,22 @@ CHECK = schema(
             "next_fires": {"type": "array", "maxItems": CHECK_FIRES, "items": UPCOMING},
             "published": {
                 "type": ["object", "null"],
-                "required": ["name", "latest_version", "source_path", "paused", "same"],
+                "required": [
+                    "name",
+                    "latest_version",
+                    "source_path",
+                    "this_file",
+                    "paused",
+                    "same",
+                ],
                 "properties": {
                     "name": _STRING,
                     "latest_version": {"type": "integer", "minimum": 1},
                     "source_path": _STRING,
+                    "this_file": {
+                        "type": "boolean",
+                        "description": "The definition is bound to the file `path` names",
+                    },
                     "paused": {"type": "boolean"},
                     "same": {
                         "type": "boolean",
@@ -157,7 +174,7 @@ class NotebookCheckHandler(ApiHandler):
     async def post(self) -> None:
         """Check the notebook of the body."""
         caller = self.caller
-        body = self.json_object()
+        body = await self.json_object()
         unknown = sorted(set(body) - {"notebook", "path", "name", "timezone"})
         if unknown:
             raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])
@@ -174,13 +191,33 @@ class NotebookCheckHandler(ApiHandler):
         if zone is not None and (not isinstance(zone, str) or len(zone) > 64):
             raise ApiError(400, "timezone must be text of at most 64 characters", field="timezone")
         origin = (path or f"{name or 'report'}.ipynb").rsplit("/", 1)[-1]
-        result = await self.call(self._check, caller, notebook, origin, name or None)
+        bound = self._file_of(path)
+        result = await self.call(self._check, caller, notebook, origin, name or None, bound)
         result["zones"] = sorted(canonical_zones())
         result["timezone"] = None if zone is None else await self.call(schedule_zone, zone)
         self.write_json(result)
 
+    def _file_of(self, path: str | None) -> str | None:
+        """The file a publish of contents path ``path`` would bind the definition to
+        (as ``POST /definitions {path}`` names it), or None."""
+        root = getattr(self.contents_manager, "root_dir", None)
+        if not path or not isinstance(root, str) or "\x00" in path:
+            return None
+        clean = path.strip().strip("/")
+        if ".." in PurePosixPath(clean).parts:
+            return None
+        try:
+            return str(Path(root, clean).resolve())
+        except (OSError, ValueError):
+            return None
+
     def _check(
-        self, caller: Caller, notebook: dict[str, Any], origin: str, name: str | None
+        self,
+        caller: Caller,
+        notebook: dict[str, Any],
+        origin: str,
+        name: str | None,
+        bound: str | None,
     ) -> dict[str, Any]:
         from nbcast.delivery.channels import channels
         from nbcast.delivery.renderers import renderers
@@ -201,8 +238,17 @@ class NotebookCheckHandler(ApiHandler):
             return result
         try:
             cell = parameters_cell(loaded.notebook)
-            result["parameters"] = schema_to_json(parse_parameters_cell(cell[1]) if cell else ())
-            prepared = prepare_loaded(loaded, name, source_path="api:")
+            schema = parse_parameters_cell(cell[1]) if cell else ()
+        except NbcastError as exc:
+            result["problem"] = {"field": "parameters", "message": str(exc)}
+            result["name"] = _name_or_none(name, loaded.block)
+            return self._with_published(result, caller, bound)
+        result["parameters"] = schema_to_json(schema)
+        try:
+            prepared = prepare_loaded(loaded, name, source_path="api:", schema=schema)
+            # What depends on this deployment (a webhook URL its policy forbids), as
+            # publishing checks it: a notebook that checks clean publishes clean.
+            check_here(prepared, self.state.environ)
         except MetadataError as exc:
             result["problem"] = {"field": exc.field, "message": exc.message}
             result["name"] = _name_or_none(name, loaded.block)
@@ -215,12 +261,19 @@ class NotebookCheckHandler(ApiHandler):
             if schedule is not None:
                 now = self.state.clock.now()
                 result["next_fires"] = [f.to_json() for f in upcoming(schedule, now, CHECK_FIRES)]
-            result["published"] = self._published(caller, prepared.name, prepared.sha256)
+            result["published"] = self._published(caller, prepared.name, prepared.sha256, bound)
+        return self._with_published(result, caller, bound)
+
+    def _with_published(
+        self, result: dict[str, Any], caller: Caller, bound: str | None
+    ) -> dict[str, Any]:
         if result["published"] is None and result["name"] is not None:
-            result["published"] = self._published(caller, result["name"], None)
+            result["published"] = self._published(caller, result["name"], None, bound)
         return result
 
-    def _published(self, caller: Caller, name: str, sha256: str | None) -> dict[str, Any] | None:
+    def _published(
+        self, caller: Caller, name: str, sha256: str | None, bound: str | None
+    ) -> dict[str, Any] | None:
         with self.state.db.session() as session:
             if not tenant_exists(session, caller):
                 return None
@@ -233,25 +286,26 @@ class NotebookCheckHandler(ApiHandler):
             "name": record.name,
             "latest_version": record.latest_version,
             "source_path": record.source_path,
+            "this_file": bound is not None and record.source_path == bound,
             "paused": record.paused,
             "same": sha256 is not None and latest.sha256 == sha256,
         }
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)
 def schedule_zone(name: str) -> str | None:
     """``name`` as a schedule may name it: itself when accepted, else the canonical zone
     that keeps its offsets (an alias: ``Asia/Calcutta`` is ``Asia/Kolkata``), else None."""
     if zone_problem(name) is None:
         return name
-    if name in available_timezones():
+    if name != "localtime" and name in available_timezones():
         return canonical_twin(name)
     return None
 
 
-def _name_or_none(name: str | None, block: dict[str, Any] | None) -> str | None:
+def _name_or_none(name: str | None, block: Any) -> str | None:
     """The name a notebook whose block is refused would publish as, if it is valid."""
-    candidate = name or (block or {}).get("name")
+    candidate = name or (block.get("name") if isinstance(block, dict) else None)
     if not isinstance(candidate, str):
         return None
     try:

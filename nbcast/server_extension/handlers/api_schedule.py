@@ -34,7 +34,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 
 from nbcast.clock import parse_instant
-from nbcast.errors import ConfigError
+from nbcast.errors import ConfigError, ScheduleError
 from nbcast.scheduler.preview import preview
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_definition_actions import (
@@ -129,10 +129,33 @@ class SchedulePreviewHandler(ApiHandler):
             raise ApiError(400, "give exactly one of cron and every", field="cron")
         range_from, range_to = range_query(self)
         limit = self.query_int("limit", low=1, high=MAX_PREVIEW) or DEFAULT_PREVIEW
-        rows = await self.call(
-            _preview, cron, every, start, tz, gap, fold, range_from, range_to, limit
-        )
+        try:
+            rows = await self.call(
+                _preview, cron, every, start, tz, gap, fold, range_from, range_to, limit
+            )
+        except ScheduleError as exc:
+            raise ApiError(400, str(exc), field=preview_field(str(exc), cron)) from None
         self.write_json(rows)
+
+
+_FIELD_PREFIXES = (
+    ("timezone:", "tz"),
+    ("every:", "every"),
+    ("dst gap:", "dst_gap"),
+    ("dst fold:", "dst_fold"),
+    ("from (", "from"),
+    ("more than", "until"),
+    ("start", "start"),
+)
+
+
+def preview_field(message: str, cron: str | None) -> str | None:
+    """The query parameter a preview's refusal is about (the dialog shows it there):
+    by the message's start, else the cron (its own parse errors), else none."""
+    for prefix, name in _FIELD_PREFIXES:
+        if message.startswith(prefix):
+            return name
+    return "cron" if cron is not None else None
 
 
 def _preview(

@@ -178,7 +178,7 @@ class TenantQuotaHandler(_TenantBase):
     async def patch(self, tenant: str) -> None:
         """Change the quotas named in the body; answer the tenant as it now is."""
         name = self.tenant_name(tenant)
-        body = self.json_object()
+        body = await self.json_object()
         if not body:
             raise ApiError(400, "name at least one quota to change", field="body")
         for field, value in body.items():
