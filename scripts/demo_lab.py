@@ -19,11 +19,9 @@ Any surprise fails the demo (``SystemExit`` with the reason).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -33,55 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 TOKEN = "demo-lab-token"
 
 
-def _start(folder: Path, port: int) -> subprocess.Popen[bytes]:
-    from scripts.lab_ui import lab_arguments
-
-    config = folder / "jupyter-config"
-    config.mkdir()
-    (config / "jupyter_server_config.json").write_text(
-        json.dumps({"NbcastApp": {"embedded_services": False}})
-    )
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("NBCAST_")},
-        "NBCAST_HOME": str(folder / "home"),
-        "NBCAST_USER": "demo",
-        "JUPYTER_TOKEN": TOKEN,
-        "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_RUNTIME_DIR": str(folder / "runtime"),
-    }
-    argv = [
-        str(BIN / "jupyter"), "lab", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
-        "--ServerApp.port_retries=0", "--ServerApp.open_browser=False",
-        f"--ServerApp.root_dir={folder / 'notebooks'}", *lab_arguments(folder),
-        *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []),
-    ]  # fmt: skip
-    log = folder / "lab.log"
-    process = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"demo failed: jupyter lab exited {process.returncode}; see {log}")
-        try:
-            answer = httpx.get(
-                f"http://127.0.0.1:{port}/nbcast/api/v1/health",
-                headers={"Authorization": f"token {TOKEN}"},
-                timeout=2.0,
-            )
-            if answer.status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"demo failed: jupyter lab did not answer within 90 s; see {log}")
-
-
 def lab_act(out: Path, examples: Path, docs_images: Path | None = None) -> list[Path]:
     """Run the act (module docstring); the screenshots it saved."""
     from playwright.sync_api import sync_playwright
 
     from nbcast.testing.http import free_port
-    from scripts.lab_ui import DIALOG, PANEL, LabDriver
+    from scripts.lab_ui import DIALOG, PANEL, LabDriver, start_lab
     from scripts.ui_screenshots import launch_options
 
     folder = out / "lab"
@@ -94,7 +49,10 @@ def lab_act(out: Path, examples: Path, docs_images: Path | None = None) -> list[
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     print(f"$ jupyter lab --port {port}   (headless, the notebook without its nbcast block)")
-    process = _start(folder, port)
+    try:
+        process = start_lab(folder, folder / "notebooks", folder / "home", port, TOKEN)
+    except SystemExit as exc:
+        raise SystemExit(f"demo failed: {exc}") from None
     shots: list[Path] = []
     try:
         with sync_playwright() as playwright:

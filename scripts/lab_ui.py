@@ -11,12 +11,15 @@ and typing in the real DOM (the app object is only read, to know when Lab is rea
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LabDriver", "lab_arguments", "write_user_settings"]
+__all__ = ["LabDriver", "lab_arguments", "start_lab", "write_user_settings"]
 
 SCHEDULE = "nbcast:schedule"
 DIALOG = ".jp-Dialog.nbcast-Dialog"
@@ -51,6 +54,55 @@ def lab_arguments(folder: Path) -> tuple[str, ...]:
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     )
+
+
+def start_lab(
+    folder: Path, root: Path, home: Path, port: int, token: str, user: str = "demo"
+) -> subprocess.Popen[bytes]:
+    """A headless ``jupyter lab`` with nbcast (no embedded services) serving ``root``
+    on ``home``, its settings and log (``lab.log``) under ``folder``; returned once its
+    health route answers. ``SystemExit`` with the reason if it does not."""
+    config = folder / "jupyter-config"
+    config.mkdir(exist_ok=True)
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"NbcastApp": {"embedded_services": False}})
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("NBCAST_")},
+        "NBCAST_HOME": str(home),
+        "NBCAST_USER": user,
+        "JUPYTER_TOKEN": token,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_RUNTIME_DIR": str(folder / "runtime"),
+    }
+    argv = [
+        str(Path(sys.executable).parent / "jupyter"), "lab", f"--ServerApp.port={port}",
+        "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",
+        "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
+        *lab_arguments(folder),
+        *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []),
+    ]  # fmt: skip
+    log = folder / "lab.log"
+    process = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    import httpx
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"jupyter lab exited {process.returncode}; see {log}")
+        try:
+            answer = httpx.get(
+                f"http://127.0.0.1:{port}/nbcast/api/v1/health",
+                headers={"Authorization": f"token {token}"},
+                timeout=2.0,
+            )
+            if answer.status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise SystemExit(f"jupyter lab did not answer within 90 s; see {log}")
 
 
 class LabDriver:

@@ -44,29 +44,11 @@ from nbcast.server_extension.handlers.api_definition_actions import (
     PREVIEW_LIMIT,
     range_query,
 )
+from nbcast.server_extension.handlers.api_definitions import UPCOMING
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
-__all__ = ["PREVIEW_SLOT_WITH_NOTE", "SchedulePreviewHandler"]
-
-PREVIEW_SLOT_WITH_NOTE = schema(
-    "PreviewSlotWithNote",
-    {
-        "type": "object",
-        "description": "A previewed slot with what DST does to it (`note`, null on an "
-        "ordinary day).",
-        "required": ["slot_key", "local", "fire_at", "status", "reason", "note"],
-        "properties": {
-            "slot_key": {"type": "string"},
-            "local": {"type": "string", "format": "date-time"},
-            "fire_at": {"type": "string", "format": "date-time"},
-            "status": {"type": "string", "enum": ["scheduled", "skipped"]},
-            "reason": {"type": ["string", "null"]},
-            "note": {"type": ["string", "null"]},
-        },
-    },
-)
+__all__ = ["SchedulePreviewHandler", "preview_field"]
 
 _GAPS = ("auto", "shift", "skip")
 _FOLDS = ("auto", "first", "last", "both")
@@ -98,7 +80,7 @@ _FOLDS = ("auto", "first", "last", "both")
             Param("dst_fold", schema={"type": "string", "enum": list(_FOLDS), "default": "auto"}),
             PREVIEW_LIMIT,
         ),
-        response={"type": "array", "items": PREVIEW_SLOT_WITH_NOTE},
+        response={"type": "array", "items": UPCOMING},
         errors=(400, 403),
     ),
 )
