@@ -35,6 +35,28 @@ export function StateBadge(props: { state: string | null | undefined; reason?: s
   );
 }
 
+const FORMATTERS = new Map<string, Intl.DateTimeFormat>();
+
+/** One formatter per zone (making one costs more than formatting with it). */
+function formatter(zone: string | undefined): Intl.DateTimeFormat {
+  const key = zone ?? '';
+  let found = FORMATTERS.get(key);
+  if (!found) {
+    found = new Intl.DateTimeFormat('en-CA', {
+      timeZone: zone,
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+      hourCycle: 'h23',
+      timeZoneName: 'short'
+    });
+    FORMATTERS.set(key, found);
+  }
+  return found;
+}
+
 /** An instant (ISO, UTC) as wall time in `zone` ("2026-12-02 07:00 EST"). */
 export function inZone(iso: string | null | undefined, zone?: string): string {
   if (!iso) {
@@ -45,16 +67,7 @@ export function inZone(iso: string | null | undefined, zone?: string): string {
     return iso;
   }
   try {
-    const parts = new Intl.DateTimeFormat('en-CA', {
-      timeZone: zone,
-      year: 'numeric',
-      month: '2-digit',
-      day: '2-digit',
-      hour: '2-digit',
-      minute: '2-digit',
-      hourCycle: 'h23',
-      timeZoneName: 'short'
-    }).formatToParts(date);
+    const parts = formatter(zone).formatToParts(date);
     const get = (type: string) => parts.find(p => p.type === type)?.value ?? '';
     return `${get('year')}-${get('month')}-${get('day')} ${get('hour')}:${get('minute')} ${get('timeZoneName')}`;
   } catch {

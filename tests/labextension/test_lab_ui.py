@@ -88,9 +88,14 @@ def artifacts() -> Path:
     return folder
 
 
+BOUNCE = "gone@example.com"
+"""A recipient the mail relay refuses for good (550): its delivery FAILS."""
+
+
 @pytest.fixture(scope="module")
 def mailbox() -> Iterator[FakeSMTPServer]:
-    with FakeSMTPServer() as smtp:
+    refused = {BOUNCE: "550 5.1.1 <gone@example.com>: unknown mailbox"}
+    with FakeSMTPServer(refuse_recipients=refused) as smtp:
         yield smtp
 
 
@@ -253,7 +258,8 @@ def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
     driver: Any, lab: LiveServer
 ) -> None:
     row = driver.page.locator(f"{lab_ui.DIALOG} .nbcast-Subscription").first
-    row.locator("input[aria-label='recipients']").fill("cfo@example.com")
+    # Two recipients in one row: each becomes a subscription of its own.
+    row.locator("input[aria-label='recipients']").fill(f"cfo@example.com, {BOUNCE}")
     driver.set_parameter("report_date", "binding", "previous business day of the slot")
     driver.set_parameter("top_n", "value", "5")
     driver.set_outputs("html")
@@ -269,7 +275,10 @@ def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
             "top_n": 5,
         },
         "outputs": ["html"],
-        "subscriptions": [{"channel": "email", "to": "cfo@example.com"}],
+        "subscriptions": [
+            {"channel": "email", "to": "cfo@example.com"},
+            {"channel": "email", "to": BOUNCE},
+        ],
     }
     assert block_on_disk(lab) == expected
     [definition] = api(lab, "definitions")["items"]
@@ -314,7 +323,9 @@ def test_reopening_shows_the_published_settings_and_version(driver: Any) -> None
         "previous_business_day"
     )
     assert driver.field("top_n value").input_value() == "5"
-    assert dialog.locator("input[aria-label='recipients']").input_value() == "cfo@example.com"
+    assert dialog.locator("input[aria-label='recipients']").input_value() == (
+        f"cfo@example.com, {BOUNCE}"
+    )
     driver.screenshot("07-dialog-reopened", lab_ui.DIALOG)
     driver.cancel()
 
@@ -371,7 +382,24 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
     )
     assert delivery.get_attribute("data-state") == "SENT"
     assert [m.rcpt_tos for m in mailbox.messages] == [("cfo@example.com",)]
+    bounced = view.locator(f"tr[data-delivery='{BOUNCE}']")
+    driver.wait_until(
+        "the refused delivery to fail", lambda: bounced.get_attribute("data-state") == "FAILED"
+    )
+    assert "refused" in text(bounced)
     driver.screenshot("10-panel-run-detail")
+    # Retry it from the panel: the ledger row goes back to PENDING and is tried again.
+    [before] = api(lab, f"deliveries?run={run_id}&state=FAILED")["items"]
+    view.get_by_role("button", name="Retry failed deliveries (1)").click()
+    driver.wait_until(
+        "the retried delivery to fail again",
+        lambda: (
+            api(lab, f"deliveries?run={run_id}&state=FAILED")["items"]
+            and api(lab, f"deliveries?run={run_id}&state=FAILED")["items"][0]["attempts"]
+            > before["attempts"]
+        ),
+    )
+    assert len(mailbox.refused) == 2
 
 
 def test_the_executed_notebook_and_a_rendition_open(driver: Any) -> None:
