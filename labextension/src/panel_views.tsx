@@ -308,6 +308,11 @@ export function RunView(props: { panel: ReportsPanel }): JSX.Element {
                   <StateBadge state={d.state} reason={d.reason} />
                   {d.sent_at ? <div className="nbcast-Hint">{inZone(d.sent_at, zone)}</div> : null}
                   {d.possible_duplicate ? <div className="nbcast-Hint">possible duplicate</div> : null}
+                  {d.state === 'FAILED' && typeof d.error?.message === 'string' ? (
+                    <div className="nbcast-Hint nbcast-DeliveryError" title={d.error.message}>
+                      {d.error.message.slice(0, 160)}
+                    </div>
+                  ) : null}
                 </td>
               </tr>
             ))}

@@ -387,6 +387,9 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
         "the refused delivery to fail", lambda: bounced.get_attribute("data-state") == "FAILED"
     )
     assert "refused" in text(bounced)
+    assert text(bounced.locator(".nbcast-DeliveryError")) == (
+        f"SMTP RCPT TO refused: 550 5.1.1 <{BOUNCE}>: unknown mailbox"
+    )
     driver.screenshot("10-panel-run-detail")
     # Retry it from the panel: the ledger row goes back to PENDING and is tried again.
     [before] = api(lab, f"deliveries?run={run_id}&state=FAILED")["items"]
