@@ -1,13 +1,12 @@
 /**
  * The panel's actions that open something: "Run now" with a parameter form, "Backfill"
- * with a range, and the main-area tabs for a diff of two versions (nbcast's
- * server-side rendering of nbdime's diff) and a run's executed notebook (read-only).
+ * with a range.
  */
-import { Dialog, MainAreaWidget, Notification } from '@jupyterlab/apputils';
-import { IFrame, ReactWidget } from '@jupyterlab/ui-components';
+import { Dialog, Notification } from '@jupyterlab/apputils';
+import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { api, diffPage, runNotebookPage, type DefinitionDetail, type RunDetail } from './api';
+import { api, type DefinitionDetail } from './api';
 import { FieldError, ParameterRows } from './components';
 import { parameterInputs, parameterValues, type Block, type ParameterInput } from './form/model';
 
@@ -185,26 +184,3 @@ export async function backfillDialog(name: string): Promise<boolean> {
   );
   return (await dialog.launch()).button.accept;
 }
-
-/** A main-area tab showing an nbcast page in a sandboxed frame (no scripts run in it). */
-export function framePage(id: string, label: string, url: string, className: string): MainAreaWidget<IFrame> {
-  const frame = new IFrame({ sandbox: [] });
-  frame.url = url;
-  frame.addClass(className);
-  const widget = new MainAreaWidget({ content: frame });
-  widget.id = id;
-  widget.title.label = label;
-  widget.title.closable = true;
-  return widget;
-}
-
-export const diffWidget = (name: string, a: number, b: number) =>
-  framePage(`nbcast-diff-${name}-${a}-${b}`, `${name}: v${a} → v${b}`, diffPage(name, a, b), 'nbcast-DiffFrame');
-
-export const runNotebookWidget = (run: RunDetail) =>
-  framePage(
-    `nbcast-run-${run.id}`,
-    `${run.definition} run ${run.id} (read-only)`,
-    runNotebookPage(run.id),
-    'nbcast-RunFrame'
-  );

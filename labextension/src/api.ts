@@ -263,11 +263,19 @@ export const api = {
     return all;
   },
   definition: (name: string) => requestAPI<DefinitionDetail>(`definitions/${enc(name)}`),
+  diffForNbdime: (name: string, a: number, b: number) =>
+    requestAPI<{ base: unknown; diff: unknown[] }>(`definitions/${enc(name)}/diff`, {}, {
+      a: String(a),
+      b: String(b),
+      format: 'nbdime'
+    }),
   versions: (name: string) =>
     requestAPI<{ items: Version[] }>(`definitions/${enc(name)}/versions`),
   runs: (definition: string, limit = 50) =>
     requestAPI<Page<Run>>('runs', {}, { definition, limit: String(limit), order: 'desc' }),
   run: (id: number) => requestAPI<RunDetail>(`runs/${id}`),
+  /** The executed notebook's JSON (served as `application/x-ipynb+json`). */
+  runNotebook: (id: number) => requestAPI<Record<string, unknown>>(`runs/${id}/notebook`),
   check: (notebook: unknown, path: string, timezone?: string) =>
     requestAPI<NotebookCheck>(
       'notebooks/check',

@@ -15,15 +15,18 @@ import {
   type JupyterFrontEnd,
   type JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, type MainAreaWidget } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
-import { INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IEditorServices } from '@jupyterlab/codeeditor';
 import type { Contents } from '@jupyterlab/services';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { backfillDialog, diffWidget, runNotebookWidget, runNowDialog } from './actions';
+import { backfillDialog, runNowDialog } from './actions';
+import { executedWidget } from './executed';
 import { fileAccess, openScheduleDialog, readFile, type NotebookAccess } from './dialog';
 import type { Block } from './form/model';
 import { ReportsPanel } from './panel';
@@ -60,7 +63,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Schedule a notebook as an nbcast report, watch its runs, diff its versions.',
   autoStart: true,
   requires: [INotebookTracker, IDocumentManager],
-  optional: [ICommandPalette, ILayoutRestorer, ISettingRegistry, IDefaultFileBrowser],
+  optional: [
+    ICommandPalette,
+    ILayoutRestorer,
+    ISettingRegistry,
+    IDefaultFileBrowser,
+    IRenderMimeRegistry,
+    IEditorServices,
+    NotebookPanel.IContentFactory
+  ],
   activate: (
     app: JupyterFrontEnd,
     notebooks: INotebookTracker,
@@ -68,11 +79,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
     settings: ISettingRegistry | null,
-    fileBrowser: IDefaultFileBrowser | null
+    fileBrowser: IDefaultFileBrowser | null,
+    rendermime: IRenderMimeRegistry | null,
+    editorServices: IEditorServices | null,
+    contentFactory: NotebookPanel.IContentFactory | null
   ) => {
     const { commands, shell, serviceManager } = app;
 
-    const openTab = (widget: ReturnType<typeof diffWidget>) => {
+    const openTab = (widget: MainAreaWidget) => {
       const existing = Array.from(shell.widgets('main')).find(w => w.id === widget.id);
       if (existing) {
         widget.dispose();
@@ -91,8 +105,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
         backfill: async name => {
           if (await backfillDialog(name)) panel.reload();
         },
-        openDiff: (name, a, b) => openTab(diffWidget(name, a, b)),
-        openRunNotebook: run => openTab(runNotebookWidget(run)),
+        // nbdime's components (most of the bundle) load when a diff is first opened.
+        openDiff: (name, a, b) =>
+          void import('./diff').then(({ diffWidget }) => openTab(diffWidget(name, a, b, rendermime))),
+        openRunNotebook: run =>
+          openTab(executedWidget(run, { rendermime, editorServices, contentFactory })),
         openNotebook: path => {
           // A definition is bound to the file's absolute path; Lab opens paths under its root.
           const root = (app as any).paths?.directories?.serverRoot as string | undefined;

@@ -408,8 +408,21 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
 def test_the_executed_notebook_and_a_rendition_open(driver: Any) -> None:
     view = driver.page.locator(f"{lab_ui.PANEL} .nbcast-Run")
     view.get_by_role("button", name="Open notebook").click()
-    frame = driver.page.frame_locator(".nbcast-RunFrame iframe")
-    frame.locator("h1", has_text="Daily sales by region").wait_for()
+    executed = driver.page.locator(".nbcast-Executed[data-rendered]")
+    executed.wait_for()
+    # Lab's own notebook widget (not the HTML fallback), read-only, with the outputs the
+    # worker's kernel wrote: the markdown title, the tables, no kernel of its own.
+    assert executed.get_attribute("data-rendered") == "notebook"
+    notebook = executed.locator(".nbcast-ExecutedNotebook")
+    notebook.locator("h1", has_text="Daily sales by region").wait_for()
+    assert notebook.locator(".jp-OutputArea-output").count() > 0
+    # Typing into a cell changes nothing (the cells are read-only).
+    source = notebook.locator(".jp-CodeCell .cm-content").first
+    before = source.inner_text()
+    source.click()
+    driver.page.keyboard.type("zzz")
+    assert source.inner_text() == before
+    assert text(executed.locator(".nbcast-ExecutedHeader")).startswith("daily-sales, run ")
     driver.screenshot("11-executed-notebook")
     link = view.locator(".nbcast-Renditions li[data-rendition='html'] a")
     href = link.get_attribute("href") or ""
@@ -476,10 +489,18 @@ def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) 
     assert definition.locator("select[aria-label='diff from version']").input_value() == "1"
     assert definition.locator("select[aria-label='diff to version']").input_value() == "2"
     definition.get_by_role("button", name="Show diff").click()
-    frame = driver.page.frame_locator(".nbcast-DiffFrame iframe")
-    body = frame.locator("body")
-    body.wait_for()
-    driver.wait_until("the diff", lambda: "top_n" in body.inner_text())
+    diff = driver.page.locator(".nbcast-Diff[data-rendered]")
+    diff.wait_for()
+    # nbdime's own web components, not the fallback frame.
+    assert diff.get_attribute("data-rendered") == "nbdime"
+    view = diff.locator(".nbcast-NbdimeDiff")
+    # The one change is in the notebook's metadata (the nbcast block): nbdime shows it
+    # collapsed, and opened, the two values of top_n.
+    view.get_by_text("Notebook metadata changed").click()
+    driver.wait_until("the metadata diff", lambda: "top_n" in view.inner_text())
+    assert text(diff.locator(".nbcast-DiffHeader .nbcast-Hint")) == (
+        "nbdime's diff of the two versions (1 top-level change)"
+    )
     tab = driver.page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel", has_text="v1")
     assert text(tab) == "daily-sales: v1 → v2"
     driver.screenshot("13-diff")

@@ -202,6 +202,27 @@ def test_publish_by_body_then_diff_as_json_and_html(
     expected = nbcast(server, "diff", "bodyrep", "1", "2", "--json", tenant="acme")
     assert body["diff"] == json.loads(expected)["diff"]
 
+    # For nbdime's web components (the Lab tab): the same diff and version 1's notebook,
+    # which applying the diff turns into version 2's (nbdime's own patch).
+    from nbdime import patch
+    from nbdime.diff_format import DiffEntry
+
+    def entries(diff: list[dict[str, Any]]) -> list[DiffEntry]:
+        return [DiffEntry(e, **({"diff": entries(e["diff"])} if "diff" in e else {})) for e in diff]
+
+    rich = alice.get(f"{API}/definitions/bodyrep/diff", params={"a": 1, "b": 2, "format": "nbdime"})
+    both = conforms(document, rich, path, "get")
+    stored = alice.get(f"{API}/definitions/bodyrep/versions").json()["items"]
+    assert both["diff"] == body["diff"]
+    assert both["base"]["cells"][0]["source"] == "x = 1\n"
+    [v1_sources, v2_sources] = [
+        [c["source"] for c in nb["cells"]]
+        for nb in (both["base"], patch(both["base"], entries(both["diff"])))
+    ]
+    assert v1_sources == ["x = 1\n", "print(x)\n"]
+    assert v2_sources == ["x = 2\n", "print(x)\n", "'<script>alert(1)</script>'\n"]
+    assert [v["version"] for v in stored] == [1, 2]
+
     page = alice.get(f"{API}/definitions/bodyrep/diff", params={"a": 1, "b": 2, "format": "html"})
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")

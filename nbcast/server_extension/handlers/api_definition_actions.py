@@ -415,8 +415,10 @@ def range_query(handler: ApiHandler) -> tuple[date | datetime, date | datetime]:
     f"{API}/definitions/{{name}}/diff",
     Operation(
         "get",
-        "What changed from version a to version b: nbdime's structured diff (JSON), or "
-        "with format=html a self-contained HTML page of it (no script)",
+        "What changed from version a to version b: nbdime's structured diff (JSON); "
+        "with format=nbdime also version a's notebook (`base`: what nbdime's web "
+        "components render the diff on); with format=html a self-contained HTML page "
+        "of it (no script)",
         tag="definitions",
         params=(
             DEFINITION_NAME,
@@ -424,8 +426,8 @@ def range_query(handler: ApiHandler) -> tuple[date | datetime, date | datetime]:
             Param("b", schema=VERSION_PARAM, required=True, description="The newer version"),
             Param(
                 "format",
-                schema={"type": "string", "enum": ["json", "html"], "default": "json"},
-                description="json (default) or html",
+                schema={"type": "string", "enum": ["json", "nbdime", "html"], "default": "json"},
+                description="json (default), nbdime (json with the base notebook) or html",
             ),
         ),
         response=DIFF,
@@ -445,12 +447,12 @@ class DefinitionDiffHandler(ApiHandler):
             if value is None:
                 raise ApiError(400, f"{key} (a version number) is required", field=key)
         form = self.query("format", max_length=8) or "json"
-        if form not in ("json", "html"):
-            raise ApiError(400, "format must be json or html", field="format")
+        if form not in ("json", "nbdime", "html"):
+            raise ApiError(400, "format must be json, nbdime or html", field="format")
         assert a is not None
         assert b is not None
         answer = await self.call(self._diff, caller, name, a, b, form)
-        if form == "json":
+        if form != "html":
             self.write_json(answer)
             return
         self.set_status(200)
@@ -471,4 +473,7 @@ class DefinitionDiffHandler(ApiHandler):
             new = get_version(session, caller, name, b)
         if form == "html":
             return diff_html(old, new)
-        return {"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)}
+        answer = {"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)}
+        if form == "nbdime":
+            answer["base"] = old.notebook
+        return answer

@@ -224,6 +224,11 @@ DIFF = schema(
             "a": {"type": "integer"},
             "b": {"type": "integer"},
             "diff": {"type": "array", "items": {"type": "object", "required": ["op", "key"]}},
+            "base": {
+                "type": "object",
+                "description": "With format=nbdime: version a's stored notebook, the base "
+                "the diff applies to (nbdime's NotebookDiffModel takes both)",
+            },
         },
     },
 )
