@@ -10,8 +10,14 @@ panel's table has all its rows in the DOM.
 
 Reference: the same data fetched by the same page, without the panel — the API pages
 the panel requests (``GET /nbcast/api/v1/definitions?limit=500``, then the next page),
-from the page's own ``fetch`` with its cookies, timed in the browser. The ratio says
-what the panel adds to the requests it has to make.
+from the page's own ``fetch`` with its cookies, timed in the browser once Lab is idle.
+The ratio says what the panel adds to the requests it has to make; the panel's own
+requests, timed inside it (``panel_requests_ms``: they run while Lab's start-up requests
+still occupy the server), split the rest into waiting and drawing.
+
+Also printed: the extension's JavaScript (``bundle_bytes``, gzip ``bundle_gzip_bytes``)
+and how much of it a Lab start loads (``startup_js_bytes``: nbdime's diff components
+load only when a diff is opened).
 
 Usage: ``python -m benchmarks.lab_panel [--definitions N] [--samples N]``.
 """
@@ -19,6 +25,7 @@ Usage: ``python -m benchmarks.lab_panel [--definitions N] [--samples N]``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib.util
 import json
 import shutil
@@ -113,10 +120,21 @@ def measure(base: str, count: int, samples: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     panel_ms: list[float] = []
+    fetch_ms: list[float] = []
     api_ms: list[float] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**shots.launch_options())
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        loaded: dict[str, int] = {}
+
+        def record(response: Any) -> None:
+            if "/lab/extensions/nbcast/static/" in response.url and response.url.endswith(
+                (".js", ".js?v=" + response.url.rsplit("?v=", 1)[-1])
+            ):
+                body = response.body()
+                loaded[response.url.split("?", 1)[0]] = len(body)
+
+        page.on("response", record)
         drive = lab_ui.LabDriver(page, base, TOKEN)
         for _ in range(samples + 1):  # the first is a warm-up (caches, JIT)
             drive.open()
@@ -128,16 +146,19 @@ def measure(base: str, count: int, samples: int) -> dict[str, Any]:
                 timeout=120_000,
             )
             panel_ms.append((time.perf_counter() - started) * 1000)
+            fetch_ms.append(float(page.get_attribute("#nbcast-reports", "data-load-ms") or 0))
             elapsed, found = page.evaluate(FETCH_ALL)
             assert found == count, found
             api_ms.append(float(elapsed))
         browser.close()
-    panel_ms, api_ms = panel_ms[1:], api_ms[1:]
+    panel_ms, fetch_ms, api_ms = panel_ms[1:], fetch_ms[1:], api_ms[1:]
     return {
+        "startup_js_bytes": sum(loaded.values()),
         "definitions": count,
         "samples": samples,
         "panel_ms_median": round(statistics.median(panel_ms), 1),
         "panel_ms_max": round(max(panel_ms), 1),
+        "panel_requests_ms_median": round(statistics.median(fetch_ms), 1),
         "api_fetch_ms_median": round(statistics.median(api_ms), 1),
         "ratio_panel_to_api": round(statistics.median(panel_ms) / statistics.median(api_ms), 2),
     }
@@ -164,6 +185,9 @@ def main() -> int:
         result["seed_seconds"] = round(seconds, 1)
         bundle = REPO / "nbcast" / "labextension" / "static"
         result["bundle_bytes"] = sum(p.stat().st_size for p in bundle.glob("*.js"))
+        result["bundle_gzip_bytes"] = sum(
+            len(gzip.compress(p.read_bytes(), 9)) for p in bundle.glob("*.js")
+        )
         print(json.dumps({"lab_panel": result}, indent=2))
     finally:
         if process is not None:
