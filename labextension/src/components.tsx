@@ -5,6 +5,9 @@
  */
 import * as React from 'react';
 
+import type { UpcomingFire } from './api';
+import { fireLine } from './form/preview';
+
 import {
   BINDING_PRESETS,
   bindable,
@@ -177,5 +180,16 @@ export function ParameterRows(props: {
         })}
       </tbody>
     </table>
+  );
+}
+
+/** A coming fire as the dialog shows it: the wall time and offset in the report's zone. */
+export function NextFire(props: { fire: UpcomingFire }): JSX.Element {
+  const line = fireLine(props.fire);
+  return (
+    <span className="nbcast-NextFire">
+      {line.when} <span className="nbcast-Offset">{line.offset}</span>
+      {line.skipped ? <span className="nbcast-Reason"> skipped</span> : null}
+    </span>
   );
 }

@@ -20,7 +20,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { ApiError, api, type NotebookCheck } from './api';
-import { ScheduleFormView } from './dialog_view';
+import { ScheduleFormView, type FormHost } from './dialog_view';
 import { blockToForm, fieldKey, formToBlock, type Block, type FormModel } from './form/model';
 import { browserZone, previewLines, previewQuery, previewRanges, type FireLine } from './form/preview';
 
@@ -76,7 +76,7 @@ function stem(path: string): string {
 }
 
 /** The dialog's body: the form's model lives here and React renders it. */
-export class ScheduleBody extends ReactWidget {
+export class ScheduleBody extends ReactWidget implements FormHost {
   form: FormModel;
   original: Block | null;
   check: NotebookCheck | null = null;

@@ -1,16 +1,37 @@
 /**
- * The "Schedule as report…" form as React renders it from the dialog's model
- * ({@link ScheduleBody} in `dialog.tsx`): name, schedule with its description and next
- * fires, the parameter form, outputs, subscriptions, the advanced policies, and each
- * field's error (the form's own, or the server's for the field it names).
+ * The "Schedule as report…" form as React renders it from the dialog's model (a
+ * {@link FormHost}: `ScheduleBody` in `dialog.tsx`): name, schedule with its
+ * description and next fires, the parameter form, outputs, subscriptions, the advanced
+ * policies, and each field's error (the form's own, or the server's for the field it
+ * names).
  */
 import * as React from 'react';
 
 import type { NotebookCheck } from './api';
 import { FieldError, ParameterRows } from './components';
-import type { ScheduleBody } from './dialog';
-import { POLICY_CHOICES, type Advanced, type ParameterInput, type SubscriptionRow } from './form/model';
+import {
+  POLICY_CHOICES,
+  type Advanced,
+  type FormModel,
+  type ParameterInput,
+  type ParameterSpec,
+  type SubscriptionRow
+} from './form/model';
 import { describeSchedule, type FireLine } from './form/preview';
+
+/** What the form view reads and changes: the dialog's model. */
+export interface FormHost {
+  readonly access: { readonly path: string };
+  readonly form: FormModel;
+  readonly check: NotebookCheck | null;
+  readonly errors: Record<string, string>;
+  readonly preview: { next: FireLine[]; ahead: FireLine[]; error: string | null; loading: boolean; of: string };
+  readonly busy: boolean;
+  readonly schema: ParameterSpec[];
+  openAdvanced: boolean;
+  /** Apply `mutate` to the form and draw again (`refresh`: the preview too). */
+  change(mutate: (form: FormModel) => void, refresh?: boolean): void;
+}
 
 function Published(props: { check: NotebookCheck | null; path: string }): JSX.Element {
   const p = props.check?.published;
@@ -49,7 +70,7 @@ function Fires(props: { lines: FireLine[] }): JSX.Element {
 function Select(props: {
   label: string;
   name: keyof Advanced;
-  body: ScheduleBody;
+  body: FormHost;
 }): JSX.Element {
   const { body, name } = props;
   return (
@@ -71,7 +92,7 @@ function Select(props: {
   );
 }
 
-function Text(props: { label: string; name: keyof Advanced; body: ScheduleBody; placeholder: string }): JSX.Element {
+function Text(props: { label: string; name: keyof Advanced; body: FormHost; placeholder: string }): JSX.Element {
   const { body, name } = props;
   return (
     <label className="nbcast-Field">
@@ -87,7 +108,7 @@ function Text(props: { label: string; name: keyof Advanced; body: ScheduleBody; 
   );
 }
 
-function SubscriptionRows(props: { body: ScheduleBody }): JSX.Element {
+function SubscriptionRows(props: { body: FormHost }): JSX.Element {
   const { body } = props;
   const channels = body.check?.channels ?? ['email'];
   const update = (i: number, change: Partial<SubscriptionRow>) =>
@@ -164,7 +185,7 @@ function SubscriptionRows(props: { body: ScheduleBody }): JSX.Element {
   );
 }
 
-export function ScheduleFormView(props: { body: ScheduleBody }): JSX.Element {
+export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
   const { body } = props;
   const f = body.form;
   const described = describeSchedule(f.kind, f.cron, f.every, f.timezone);

@@ -7,44 +7,20 @@
  * It refreshes what it shows every `refreshSeconds` while it is visible, and not at
  * all while it is hidden (another sidebar tab, the sidebar collapsed, or the browser
  * tab in the background): a Lumino `Poll` started on show and stopped on hide, with
- * standby while the page is hidden. `data-refreshes` on its node counts the refreshes,
- * which the UI tests read to see that polling stops.
+ * standby while the page is hidden. `data-refreshes` on its node counts the refreshes
+ * begun (requests sent), which the UI tests read to see that polling stops.
  */
 import { Poll } from '@lumino/polling';
 import type { Message } from '@lumino/messaging';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { api, type Definition, type DefinitionDetail, type Run, type RunDetail, type UpcomingFire, type Version } from './api';
-import { fireLine } from './form/preview';
-import { StateBadge, inZone } from './components';
+import { api } from './api';
+import { NextFire, StateBadge, inZone } from './components';
+import type { PanelActions, PanelData, PanelHost, View } from './panel_model';
 import { DefinitionView, RunView } from './panel_views';
 
-export type View =
-  | { kind: 'list' }
-  | { kind: 'definition'; name: string }
-  | { kind: 'run'; name: string; id: number };
-
-/** What the panel's actions do outside it (opening tabs, dialogs). */
-export interface PanelActions {
-  runNow(definition: DefinitionDetail): Promise<void>;
-  backfill(name: string): Promise<void>;
-  openDiff(name: string, a: number, b: number): void;
-  openRunNotebook(run: RunDetail): void;
-  openNotebook(path: string): void;
-}
-
-export interface PanelData {
-  definitions: Definition[] | null;
-  detail: (DefinitionDetail) | null;
-  runs: Run[];
-  versions: Version[];
-  run: RunDetail | null;
-  error: string | null;
-  loadedAt: number | null;
-}
-
-export class ReportsPanel extends ReactWidget {
+export class ReportsPanel extends ReactWidget implements PanelHost {
   view: View = { kind: 'list' };
   data: PanelData = {
     definitions: null,
@@ -106,6 +82,9 @@ export class ReportsPanel extends ReactWidget {
       return;
     }
     const started = performance.now();
+    // Refreshes begun (requests sent): what the UI tests count to see polling stop.
+    this._refreshes += 1;
+    this.node.dataset.refreshes = String(this._refreshes);
     try {
       if (view.kind === 'list') {
         const definitions = await api.allDefinitions();
@@ -132,9 +111,6 @@ export class ReportsPanel extends ReactWidget {
       this.data = { ...this.data, error: e instanceof Error ? e.message : String(e) };
       this.update();
       throw e; // the poll backs off
-    } finally {
-      this._refreshes += 1;
-      this.node.dataset.refreshes = String(this._refreshes);
     }
     this.update();
   }
@@ -219,19 +195,8 @@ export class ReportsPanel extends ReactWidget {
   }
 }
 
-/** A coming fire as the dialog shows it: the wall time and offset in the report's zone. */
-export function NextFire(props: { fire: UpcomingFire }): JSX.Element {
-  const line = fireLine(props.fire);
-  return (
-    <span className="nbcast-NextFire">
-      {line.when} <span className="nbcast-Offset">{line.offset}</span>
-      {line.skipped ? <span className="nbcast-Reason"> skipped</span> : null}
-    </span>
-  );
-}
-
 /** The definitions, filterable by name. */
-function DefinitionList(props: { panel: ReportsPanel }): JSX.Element {
+function DefinitionList(props: { panel: PanelHost }): JSX.Element {
   const { panel } = props;
   const all = panel.data.definitions;
   if (all === null) {

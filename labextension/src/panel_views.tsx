@@ -7,13 +7,13 @@ import { Notification } from '@jupyterlab/apputils';
 import * as React from 'react';
 
 import { api, renditionUrl, type RunDetail } from './api';
-import { StateBadge, inZone } from './components';
-import { NextFire, type ReportsPanel } from './panel';
+import { NextFire, StateBadge, inZone } from './components';
+import type { PanelHost } from './panel_model';
 
 const ACTIVE = new Set(['QUEUED', 'LEASED', 'RUNNING']);
 
 /** Run `action`, tell the user how it went, and reload the panel. */
-async function act(panel: ReportsPanel, action: () => Promise<string>): Promise<void> {
+async function act(panel: PanelHost, action: () => Promise<string>): Promise<void> {
   try {
     const message = await action();
     if (message) Notification.success(message, { autoClose: 4000 });
@@ -23,7 +23,7 @@ async function act(panel: ReportsPanel, action: () => Promise<string>): Promise<
   panel.reload();
 }
 
-export function DefinitionView(props: { panel: ReportsPanel }): JSX.Element {
+export function DefinitionView(props: { panel: PanelHost }): JSX.Element {
   const { panel } = props;
   const d = panel.data.detail;
   const [a, setA] = React.useState<number | null>(null);
@@ -206,7 +206,7 @@ function errorText(error: RunDetail['error']): string | null {
   return head + where;
 }
 
-export function RunView(props: { panel: ReportsPanel }): JSX.Element {
+export function RunView(props: { panel: PanelHost }): JSX.Element {
   const { panel } = props;
   const run = panel.data.run;
   if (!run) {

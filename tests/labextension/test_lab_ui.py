@@ -510,8 +510,8 @@ def test_the_panel_polls_while_visible_and_not_while_hidden(driver: Any) -> None
     driver.open_panel()
     start = driver.refreshes()
     driver.wait_until("two refreshes", lambda: driver.refreshes() >= start + 2, timeout=20)
-    driver.show_sidebar("filebrowser")
-    driver.page.wait_for_timeout(500)  # a refresh already under way may still finish
+    driver.show_sidebar("filebrowser")  # hides the panel: its poll stops
+    driver.page.wait_for_timeout(200)
     hidden = driver.refreshes()
     driver.page.wait_for_timeout(6_500)  # three intervals of 2 s
     assert driver.refreshes() == hidden
