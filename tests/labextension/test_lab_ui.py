@@ -19,19 +19,17 @@ where a missing browser is a failure.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from nbcast.testing.smtp import FakeSMTPServer
+from tests.browser import require_browser, script
 from tests.server.live import TOKEN, LiveServer
 
 pytestmark = [pytest.mark.chromium, pytest.mark.slow]
@@ -44,33 +42,8 @@ CLOSED = "quality_checks.ipynb"
 BROWSER_ZONE = "America/New_York"
 
 
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-shots = _script("ui_screenshots")
-lab_ui = _script("lab_ui")
-
-
-def _require_browser() -> None:
-    missing = None
-    if importlib.util.find_spec("playwright") is None:
-        missing = "playwright is not installed (pip install nbcast[dev])"
-    elif shots.chromium_executable() is None:
-        missing = "chromium is not installed (make chromium, or apt-get install -y chromium)"
-    elif not (ROOT / "nbcast" / "labextension" / "package.json").exists():
-        missing = "the labextension is not built (make labextension)"
-    if missing is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"browser tests must run in CI: {missing}")
-    pytest.skip(missing)
+shots = script("ui_screenshots")
+lab_ui = script("lab_ui")
 
 
 def _notebook_without_block(target: Path, source: Path = EXAMPLES / NOTEBOOK) -> Path:
@@ -101,7 +74,10 @@ def mailbox() -> Iterator[FakeSMTPServer]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, mailbox: FakeSMTPServer) -> Iterator[LiveServer]:
-    _require_browser()
+    require_browser(
+        ((ROOT / "nbcast" / "labextension" / "package.json").exists(),
+         "the labextension is not built (make labextension)"),
+    )  # fmt: skip
     folder = tmp_path_factory.mktemp("lab")
     _notebook_without_block(folder / NOTEBOOK)
     _notebook_without_block(folder / CLOSED, EXAMPLES / "data_quality.ipynb")

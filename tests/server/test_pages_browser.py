@@ -10,7 +10,6 @@ Without chromium the tests are skipped with the reason — except in CI
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,7 +17,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ import sqlalchemy as sa
 
 from nbcast.access import Caller
 from nbcast.delivery.models import Unsubscription
+from tests.browser import require_browser, script
 from tests.notebooks import make_notebook
 from tests.server.deliveries import RECIPIENT, database, deliver
 from tests.server.live import LiveServer, user_token
@@ -37,32 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def _screenshots_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ui_screenshots", ROOT / "scripts" / "ui_screenshots.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-shots = _screenshots_module()
-
-
-def _require_browser() -> None:
-    """Skip (fail in CI) when chromium or Playwright is missing."""
-    missing = None
-    if importlib.util.find_spec("playwright") is None:
-        missing = "playwright is not installed (pip install nbcast[dev])"
-    elif shots.chromium_executable() is None:
-        missing = "chromium is not installed (make chromium, or apt-get install -y chromium)"
-    if missing is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"browser tests must run in CI: {missing}")
-    pytest.skip(missing)
+shots = script("ui_screenshots")
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +50,7 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def seeded(server: LiveServer) -> Seeded:
-    _require_browser()
+    require_browser()
     return seed(server)
 
 
