@@ -1,6 +1,6 @@
-"""The extension ships prebuilt: ``pip install .`` of a built tree (and the wheel made
-from it) into a clean venv, with no Node.js on ``PATH``, gives a JupyterLab that lists
-nbcast's extension enabled — the files under ``share/jupyter/labextensions/nbcast``,
+"""The extension ships prebuilt: ``pip install .`` of a built tree (pip itself, in a
+plain venv), and the wheel made from it, with no Node.js on ``PATH``, give a JupyterLab
+that lists nbcast's extension enabled — the files under ``share/jupyter/labextensions/nbcast``,
 not a second copy inside the package.
 
 The clean venv gets nbcast without its dependencies and jupyterlab (from uv's cache):
@@ -59,8 +59,8 @@ def clean_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "JUPYTER_DATA_DIR": str(folder / "jupyter-data"),
     }
     assert shutil.which("node", path=env["PATH"]) is None
-    _run([str(BIN / "uv"), "venv", "--quiet", "--python", sys.executable, str(folder / "venv")],
-         env, folder)  # fmt: skip
+    # A plain venv, with pip in it (what a user has); jupyterlab comes from uv's cache.
+    _run([sys.executable, "-m", "venv", str(folder / "venv")], env, folder)
     return folder, env
 
 
@@ -71,8 +71,9 @@ def test_pip_install_of_the_tree_gives_an_enabled_extension_without_node(
     python = str(folder / "venv" / "bin" / "python")
     _run([str(BIN / "uv"), "pip", "install", "--quiet", "--python", python, "jupyterlab>=4.6,<5"],
          env, folder)  # fmt: skip
-    _run([str(BIN / "uv"), "pip", "install", "--quiet", "--no-deps", "--python", python, str(ROOT)],
-         env, folder)  # fmt: skip
+    # `pip install .` itself: pip builds the wheel (hatchling and the jupyter-builder
+    # hook in an isolated build environment), with no Node.js to be found.
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", str(ROOT)], env, folder)
     share = folder / "venv" / "share" / "jupyter" / "labextensions" / "nbcast"
     assert (share / "package.json").exists()
     assert (share / "install.json").exists()
