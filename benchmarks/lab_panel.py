@@ -30,7 +30,6 @@ import importlib.util
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -191,12 +190,7 @@ def main() -> int:
         print(json.dumps({"lab_panel": result}, indent=2))
     finally:
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+            _script("serving").stop(process)
         shutil.rmtree(folder, ignore_errors=True)
     return 0
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,6 +36,7 @@ def lab_act(out: Path, examples: Path, docs_images: Path | None = None) -> list[
 
     from nbcast.testing.http import free_port
     from scripts.lab_ui import DIALOG, PANEL, LabDriver, start_lab
+    from scripts.serving import stop
     from scripts.ui_screenshots import launch_options
 
     folder = out / "lab"
@@ -99,11 +99,7 @@ def lab_act(out: Path, examples: Path, docs_images: Path | None = None) -> list[
         print(f"  published: daily-sales version {listed[0]['latest_version']}, "
               f"next fire {listed[0]['next_fires'][0]['local']}")  # fmt: skip
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
     saved = [p for p in shots if p is not None]
     if docs_images is not None:
         for path in saved:

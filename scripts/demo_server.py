@@ -24,7 +24,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from email import message_from_bytes
 from email.policy import default as default_policy
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from scripts.serving import stop, wait_ready
 
 BIN = Path(sys.executable).parent
 
@@ -41,26 +42,6 @@ Nbcast = Callable[..., str]
 def _launch(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     handle = log.open("wb")
     return subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
-
-
-def _wait_ready(process: subprocess.Popen[bytes], log: Path, url: str, token: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"demo failed: nbcast serve exited {process.returncode}; see {log}")
-        try:
-            answer = httpx.get(
-                f"{url}/nbcast/api/v1/health",
-                headers={"Authorization": f"token {token}"},
-                timeout=2.0,
-            )
-            if answer.status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise SystemExit(f"demo failed: nbcast serve did not answer within 60 s; see {log}")
 
 
 def _tampered(url: str) -> str:
@@ -136,18 +117,17 @@ def serve_and_check(
         recipient, subject, unsubscribe, report = _first_unsubscribe(mail_files, deliveries)
         run = json.loads(nbcast("run", report, "--json", env=env))
         nbcast("worker", "--exit-when-idle", "--no-warm-kernels", env=env, timeout=300)
-        _wait_ready(server, log, base_url, token)
+        try:
+            wait_ready(server, log, base_url, token, what="nbcast serve")
+        except SystemExit as exc:
+            raise SystemExit(f"demo failed: {exc}") from None
         _links(deliveries)
         _unsubscribe(recipient, subject, unsubscribe)
         # The run page shown: a delivered run whose links were just opened.
         shown = min(d["run"] for d in deliveries if d["channel"] == "link")
         _suppressed_and_screenshots(nbcast, env, out, base_url, token, run["id"], recipient, shown)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
     print(
         "the server is stopped; to open the links and the status page again:\n"
         f"    NBCAST_HOME={env['NBCAST_HOME']} {BIN / 'nbcast'} serve --port {port}"

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.serving import wait_ready
+
 __all__ = ["LabDriver", "lab_arguments", "start_lab", "write_user_settings"]
 
 SCHEDULE = "nbcast:schedule"
@@ -84,25 +86,8 @@ def start_lab(
     ]  # fmt: skip
     log = folder / "lab.log"
     process = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    import httpx
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"jupyter lab exited {process.returncode}; see {log}")
-        try:
-            answer = httpx.get(
-                f"http://127.0.0.1:{port}/nbcast/api/v1/health",
-                headers={"Authorization": f"token {token}"},
-                timeout=2.0,
-            )
-            if answer.status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"jupyter lab did not answer within 90 s; see {log}")
+    wait_ready(process, log, f"http://127.0.0.1:{port}", token, what="jupyter lab", timeout=90)
+    return process
 
 
 class LabDriver:

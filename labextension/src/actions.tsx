@@ -7,7 +7,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { api, type DefinitionDetail } from './api';
-import { FieldError, ParameterRows } from './components';
+import { Field, FieldError, ParameterRows } from './components';
 import { parameterInputs, parameterValues, type Block, type ParameterInput } from './form/model';
 
 /** A dialog whose accept button runs `submit` and closes only when it succeeds. */
@@ -147,24 +147,22 @@ class BackfillBody extends ReactWidget {
           Queue one run for every slot in [from, until), each reporting its own period. Dates are the start of
           that day in the schedule's zone; slots that already have a row are left alone.
         </p>
-        <label className="nbcast-Field">
-          <span>From</span>
+        <Field label="From">
           <input
             type="date"
             aria-label="Backfill from"
             value={this.from}
             onChange={e => ((this.from = e.target.value), this.update())}
           />
-        </label>
-        <label className="nbcast-Field">
-          <span>Until</span>
+        </Field>
+        <Field label="Until">
           <input
             type="date"
             aria-label="Backfill until"
             value={this.until}
             onChange={e => ((this.until = e.target.value), this.update())}
           />
-        </label>
+        </Field>
         <FieldError error={this.error} testid="backfill" />
       </div>
     );

@@ -27,6 +27,23 @@ export function FieldError(props: { error?: string; testid?: string }): JSX.Elem
   );
 }
 
+/** A labelled form field, with its error under it (`errorKey`: what the error line
+ * is tagged with, for the tests and for screen readers' alerts). */
+export function Field(props: {
+  label: string;
+  error?: string;
+  errorKey?: string;
+  children: React.ReactNode;
+}): JSX.Element {
+  return (
+    <label className="nbcast-Field">
+      <span>{props.label}</span>
+      {props.children}
+      <FieldError error={props.error} testid={props.errorKey} />
+    </label>
+  );
+}
+
 /** A run's, a delivery's or a rendition's state as a coloured badge. */
 export function StateBadge(props: { state: string | null | undefined; reason?: string | null }): JSX.Element {
   const state = props.state ?? 'none';

@@ -21,7 +21,7 @@ import * as React from 'react';
 
 import { ApiError, api, type NotebookCheck } from './api';
 import { ScheduleFormView, type FormHost } from './dialog_view';
-import { blockToForm, fieldKey, formToBlock, type Block, type FormModel } from './form/model';
+import { blockToForm, fieldKey, formToBlock, isAdvanced, type Block, type FormModel } from './form/model';
 import { browserZone, previewLines, previewQuery, previewRanges, type FireLine } from './form/preview';
 
 /** Reading and writing the notebook the dialog is about. */
@@ -139,7 +139,7 @@ export class ScheduleBody extends ReactWidget implements FormHost {
       this.schema.map(s => s.name)
     );
     this.errors = { [key]: field && key === 'general' ? `${field}: ${message}` : message };
-    if (key in ADVANCED_KEYS) {
+    if (isAdvanced(key)) {
       this.openAdvanced = true;
     }
   }
@@ -199,7 +199,7 @@ export class ScheduleBody extends ReactWidget implements FormHost {
     }
     this.errors = { ...result.errors };
     if (Object.keys(result.errors).length) {
-      if (Object.keys(result.errors).some(k => k in ADVANCED_KEYS)) this.openAdvanced = true;
+      if (Object.keys(result.errors).some(isAdvanced)) this.openAdvanced = true;
       this.update();
       return false;
     }
@@ -249,17 +249,6 @@ export class ScheduleBody extends ReactWidget implements FormHost {
   }
 }
 
-const ADVANCED_KEYS: Record<string, true> = {
-  dstGap: true,
-  dstFold: true,
-  misfire: true,
-  grace: true,
-  maxCatchup: true,
-  overlap: true,
-  stalenessAfter: true,
-  stalenessAction: true,
-  jitter: true
-};
 
 
 /** A Lab dialog that stays open until the body has saved (or the user cancels). */

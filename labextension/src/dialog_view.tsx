@@ -8,7 +8,7 @@
 import * as React from 'react';
 
 import type { NotebookCheck } from './api';
-import { FieldError, ParameterRows } from './components';
+import { Field, FieldError, ParameterRows } from './components';
 import {
   POLICY_CHOICES,
   type Advanced,
@@ -74,8 +74,7 @@ function Select(props: {
 }): JSX.Element {
   const { body, name } = props;
   return (
-    <label className="nbcast-Field">
-      <span>{props.label}</span>
+    <Field label={props.label} error={body.errors[name]} errorKey={name}>
       <select
         aria-label={props.label}
         value={body.form.advanced[name]}
@@ -87,24 +86,21 @@ function Select(props: {
           </option>
         ))}
       </select>
-      <FieldError error={body.errors[name]} testid={name} />
-    </label>
+    </Field>
   );
 }
 
 function Text(props: { label: string; name: keyof Advanced; body: FormHost; placeholder: string }): JSX.Element {
   const { body, name } = props;
   return (
-    <label className="nbcast-Field">
-      <span>{props.label}</span>
+    <Field label={props.label} error={body.errors[name]} errorKey={name}>
       <input
         aria-label={props.label}
         placeholder={props.placeholder}
         value={body.form.advanced[name]}
         onChange={e => body.change(f => (f.advanced[name] = e.target.value))}
       />
-      <FieldError error={body.errors[name]} testid={name} />
-    </label>
+    </Field>
   );
 }
 
@@ -195,11 +191,9 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
       <div className="nbcast-Path">{body.access.path}</div>
       <Published check={body.check} path={body.access.path} />
       <FieldError error={body.errors.general} testid="general" />
-      <label className="nbcast-Field">
-        <span>Name</span>
+      <Field label="Name" error={body.errors.name} errorKey="name">
         <input aria-label="Name" value={f.name} onChange={e => body.change(m => (m.name = e.target.value))} />
-        <FieldError error={body.errors.name} testid="name" />
-      </label>
+      </Field>
 
       <fieldset className="nbcast-Section">
         <legend>Schedule</legend>
@@ -224,8 +218,7 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
           ))}
         </div>
         {f.kind === 'cron' ? (
-          <label className="nbcast-Field">
-            <span>Cron</span>
+          <Field label="Cron" error={body.errors.cron} errorKey="cron">
             <input
               aria-label="Cron"
               className="nbcast-Mono"
@@ -233,12 +226,10 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
               value={f.cron}
               onChange={e => body.change(m => (m.cron = e.target.value), true)}
             />
-            <FieldError error={body.errors.cron} testid="cron" />
-          </label>
+          </Field>
         ) : null}
         {f.kind === 'every' ? (
-          <label className="nbcast-Field">
-            <span>Every</span>
+          <Field label="Every" error={body.errors.every} errorKey="every">
             <input
               aria-label="Every"
               className="nbcast-Mono"
@@ -246,12 +237,10 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
               value={f.every}
               onChange={e => body.change(m => (m.every = e.target.value), true)}
             />
-            <FieldError error={body.errors.every} testid="every" />
-          </label>
+          </Field>
         ) : null}
         {f.kind !== 'manual' ? (
-          <label className="nbcast-Field">
-            <span>Time zone</span>
+          <Field label="Time zone" error={body.errors.timezone} errorKey="timezone">
             <input
               aria-label="Time zone"
               list="nbcast-zones"
@@ -263,8 +252,7 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
                 <option key={z} value={z} />
               ))}
             </datalist>
-            <FieldError error={body.errors.timezone} testid="timezone" />
-          </label>
+          </Field>
         ) : null}
         <p className={described.ok ? 'nbcast-Describe' : 'nbcast-Describe nbcast-Bad'} data-testid="describe">
           {described.text}
@@ -352,15 +340,14 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
         <Text label="Jitter" name="jitter" body={body} placeholder="e.g. 30s (default 0)" />
       </details>
 
-      <label className="nbcast-Field">
-        <span>What changed</span>
+      <Field label="What changed">
         <input
           aria-label="What changed"
           placeholder="a note for this version (optional)"
           value={f.message}
           onChange={e => body.change(m => (m.message = e.target.value))}
         />
-      </label>
+      </Field>
     </div>
   );
 }

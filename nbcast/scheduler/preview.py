@@ -162,15 +162,12 @@ def preview(
             "narrow the range"
         )
     rows = [slot_row(slot) for slot in slots]
-    if notes and spec.cron is not None:
+    if notes:
         from nbcast.scheduler.upcoming import slot_notes
 
         zone = load_zone(spec.timezone)
         for row, note in zip(rows, slot_notes(schedule, slots, zone), strict=True):
             row["note"] = note
-    elif notes:
-        for row in rows:
-            row["note"] = None
     return rows
 
 

@@ -26,6 +26,7 @@ from nbcast.clock import format_instant
 from nbcast.definitions.spec import ScheduleSpec
 from nbcast.scheduler.compiler import (
     CompiledSchedule,
+    CronSchedule,
     Slot,
     SlotStatus,
     compile_schedule,
@@ -120,7 +121,7 @@ def upcoming(spec: ScheduleSpec, after: datetime, count: int = 3) -> list[Upcomi
         far = datetime.max.replace(tzinfo=UTC)
     start = after + timedelta(microseconds=1)
     slots = list(islice(schedule.slots(start, far), count))
-    notes = slot_notes(schedule, slots, zone) if spec.cron is not None else [None] * len(slots)
+    notes = slot_notes(schedule, slots, zone)
     return [
         UpcomingFire(
             slot_key=slot.key,
@@ -137,8 +138,10 @@ def upcoming(spec: ScheduleSpec, after: datetime, count: int = 3) -> list[Upcomi
 def slot_notes(
     schedule: CompiledSchedule, slots: Sequence[Slot], zone: ZoneInfo
 ) -> list[str | None]:
-    """The DST note of each of a cron schedule's ``slots`` (:func:`dst_note`). An
-    interval (``every``) schedule moves in absolute time and has none."""
+    """The DST note of each of ``slots`` (:func:`dst_note`). An interval (``every``)
+    schedule moves in absolute time: its slots have none."""
+    if not isinstance(schedule, CronSchedule):
+        return [None] * len(slots)
 
     def fold_length(slot: Slot) -> timedelta:
         """How long ``slot``'s wall time is repeated (zero: it is not)."""

@@ -174,6 +174,11 @@ const EMPTY_ADVANCED: Advanced = {
   jitter: ''
 };
 
+/** Whether a form key is one of the Advanced section's (whose errors open it). */
+export function isAdvanced(key: string): key is keyof Advanced {
+  return Object.prototype.hasOwnProperty.call(EMPTY_ADVANCED, key);
+}
+
 const isObject = (value: unknown): value is Block =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -48,6 +48,7 @@ from nbcast.errors import ConfigError, NbcastError, UnknownDefinitionError
 from nbcast.governance.tenants import get_tenant
 from nbcast.limits import MAX_NOTEBOOK_FILE_BYTES, clip, storable_text
 from nbcast.scheduler.upcoming import upcoming
+from nbcast.server_extension.contents_paths import bound_source, contents_path
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
@@ -437,12 +438,7 @@ class DefinitionsHandler(ApiHandler):
                 f"path must be a non-empty string of at most {MAX_PATH_CHARS:,} characters",
                 field="path",
             )
-        clean = path.strip().strip("/")
-        parts = PurePosixPath(clean).parts
-        if "\x00" in clean or "\\" in clean or ".." in parts or not parts:
-            raise ApiError(
-                400, "path must name a notebook under the server's root folder", field="path"
-            )
+        clean = contents_path(path)
         if not clean.lower().endswith(".ipynb"):
             raise ApiError(400, f"{clip(clean)} is not a .ipynb notebook", field="path")
         manager = self.contents_manager
@@ -481,8 +477,7 @@ class DefinitionsHandler(ApiHandler):
                 "notebook file",
                 field="path",
             )
-        root = getattr(manager, "root_dir", None)
-        source = str(Path(root, clean).resolve()) if isinstance(root, str) else f"contents:{clean}"
+        source = bound_source(manager, clean)
         loaded = await self.call(lambda: loaded_document(parse_notebook_text(text, clean), clean))
         return loaded, source
 

@@ -32,7 +32,6 @@ version, and a large plot would only cost bandwidth).
 from __future__ import annotations
 
 import functools
-from pathlib import Path, PurePosixPath
 from typing import Any
 from zoneinfo import available_timezones
 
@@ -48,6 +47,7 @@ from nbcast.definitions.zones import canonical_twin, canonical_zones, zone_probl
 from nbcast.errors import MetadataError, NbcastError, UnknownDefinitionError
 from nbcast.limits import clip
 from nbcast.scheduler.upcoming import upcoming
+from nbcast.server_extension.contents_paths import bound_source, contents_path
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_definitions import UPCOMING, tenant_exists
 from nbcast.server_extension.handlers.base import ApiHandler
@@ -200,15 +200,11 @@ class NotebookCheckHandler(ApiHandler):
     def _file_of(self, path: str | None) -> str | None:
         """The file a publish of contents path ``path`` would bind the definition to
         (as ``POST /definitions {path}`` names it), or None."""
-        root = getattr(self.contents_manager, "root_dir", None)
-        if not path or not isinstance(root, str) or "\x00" in path:
-            return None
-        clean = path.strip().strip("/")
-        if ".." in PurePosixPath(clean).parts:
+        if not path:
             return None
         try:
-            return str(Path(root, clean).resolve())
-        except (OSError, ValueError):
+            return bound_source(self.contents_manager, contents_path(path))
+        except (ApiError, OSError, ValueError):
             return None
 
     def _check(

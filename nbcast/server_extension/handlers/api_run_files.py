@@ -22,6 +22,7 @@ from nbcast.executor.records import RunDetail
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import NOTEBOOK_MEDIA, RUN_ID, RunBase
 from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.handlers.links import shown_policy
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = ["RunNotebookHandler", "RunRenditionHandler", "send_attachment"]
@@ -36,8 +37,6 @@ def send_attachment(
     as this origin's page (module docstring). With ``inline``, HTML and PDF are shown
     in the browser instead, under the signed links' policies (HTML sandboxed: no
     script runs, nothing is fetched); other files still download."""
-    from nbcast.server_extension.handlers.links import shown_policy
-
     safe = _FILENAME_UNSAFE.sub("_", filename).strip("._")[:120] or "download"
     policy, shown = shown_policy(media_type) if inline else ("sandbox", False)
     handler.set_status(200)
