@@ -16,7 +16,7 @@ export RAY_AUTH_MODE := disabled
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: demo docs-images test lint typecheck install lake clean bench chromium labextension
+.PHONY: demo docs-images test lint typecheck install lake clean bench chromium bubblewrap labextension
 
 # The JupyterLab extension (labextension/, TypeScript) is built with jlpm — the yarn
 # that jupyterlab ships, from the PyPI package jupyter-builder — into nbcast/labextension,
@@ -66,7 +66,7 @@ $(LAKE): notebooks/examples/lake/generate.py | $(STAMP)
 
 lake: $(LAKE)
 
-demo: install lake chromium
+demo: install lake chromium bubblewrap
 	$(BIN)/python scripts/demo.py
 
 # The demo, also refreshing the README's page images in docs/images.
@@ -80,7 +80,14 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-test: install lake chromium
+# Every report's kernel runs in a bubblewrap sandbox (nbcast.sandbox); the tests'
+# probes need it. Installed when missing; needs root or sudo.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+
+test: install lake chromium bubblewrap
 	$(JLPM) test
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts

@@ -10,6 +10,8 @@ variable                    meaning
                             SQLite database, artifacts, logs, locks
 ``NBCAST_DATABASE_URL``     a SQLAlchemy URL; default ``sqlite:///$NBCAST_HOME/
                             nbcast.db``. Production: ``postgresql+psycopg://…``
+                            (or ``NBCAST_DATABASE_URL_FILE``: a ``0600`` file
+                            holding it, :mod:`nbcast.credentials`)
 ``NBCAST_TENANT``           the tenant commands act for (default ``default``)
 ``NBCAST_USER``             the author recorded on publish (default: login name)
 ``NBCAST_ARTIFACTS``        the artifact store: a folder or an fsspec URL
@@ -32,6 +34,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbcast.credentials import credential
 from nbcast.errors import ConfigError, StorageError
 from nbcast.limits import clip, storable_text
 
@@ -58,6 +61,13 @@ class Settings:
     def is_embedded(self) -> bool:
         """True when the database is the embedded SQLite file."""
         return self.database_url.startswith("sqlite")
+
+    @property
+    def database_file(self) -> str | None:
+        """The embedded database's file (None for a server database)."""
+        if not self.database_url.startswith("sqlite:///"):
+            return None
+        return self.database_url[len("sqlite:///") :].split("?", 1)[0] or None
 
     @property
     def artifacts_dir(self) -> Path:
@@ -125,7 +135,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     home = Path(env.get("NBCAST_HOME") or Path.home() / ".nbcast").expanduser()
     if "\x00" in str(home):
         raise ConfigError("NBCAST_HOME: contains a NUL character")
-    url = env.get("NBCAST_DATABASE_URL", "").strip()
+    url = (credential("NBCAST_DATABASE_URL", env) or "").strip()
     if not url:
         url = f"sqlite:///{(home / 'nbcast.db').as_posix()}"
     check_database_url(url)

@@ -83,6 +83,8 @@ modes = {name: mode(name) for name in sorted(os.listdir('.'))}
 modes['<run folder>'] = mode('.')
 modes['<runs folder>'] = mode('..')
 modes['<kernel connection file>'] = mode(get_connection_file())
+here = os.path.basename(os.getcwd())
+modes['<beside it>'] = ' '.join(name for name in sorted(os.listdir('..')) if name != here)
 print(json.dumps(modes))
 """
 """A report that records, while it runs, the mode of its working folder, of the folder
@@ -109,12 +111,36 @@ def recorded_modes(executed: dict[str, Any]) -> dict[str, str]:
     return modes
 
 
+SANDBOXED_RUN_FOLDER_FILES = {
+    "kernel.json",
+    "run-context.json",
+    "warehouse-usage.jsonl",
+    "written-by-the-report.txt",
+}
+"""In a sandbox the notebooks stay in the worker's own folder, which the kernel never
+sees; its run folder holds what it reads and writes, and its sockets (``k-<n>``)."""
+
+
 def assert_private(modes: dict[str, str]) -> None:
     assert set(modes) >= RUN_FOLDER_FILES, modes
     folders = {"<run folder>", "<runs folder>"}
     assert {name: modes[name] for name in folders} == dict.fromkeys(folders, "0o700")
-    files = {name: mode for name, mode in modes.items() if name not in folders}
+    files = {name: mode for name, mode in modes.items() if name not in (*folders, "<beside it>")}
     assert files == dict.fromkeys(files, "0o600")
+
+
+def assert_private_in_a_sandbox(modes: dict[str, str]) -> None:
+    """The run folder and everything in it is the tenant's alone; nothing is beside it."""
+    assert set(modes) >= SANDBOXED_RUN_FOLDER_FILES, modes
+    assert not set(modes) & {"input.ipynb", "output.ipynb"}
+    # jupyter_client sets the sticky bit on the folder of a connection file
+    assert int(modes["<run folder>"], 8) & 0o777 == 0o700
+    assert modes["<beside it>"] == ""
+    sockets = {name for name in modes if name.startswith("k-")}
+    assert len(sockets) == 5
+    assert {modes[name] for name in sockets} == {"0o700"}  # a socket: 0777 less the umask
+    files = set(modes) - sockets - {"<run folder>", "<runs folder>", "<beside it>"}
+    assert {name: modes[name] for name in files} == dict.fromkeys(files, "0o600")
 
 
 @contextlib.contextmanager
@@ -126,7 +152,8 @@ def permissive_umask() -> Iterator[None]:
         os.umask(previous)
 
 
-def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path, sandbox: str) -> None:
     """The local engine, in a worker that did not set a private umask: the home's
     ``runs/`` it creates, the run folder and its files are private all the same."""
     home = prepare_home(tmp_path / "home")
@@ -142,6 +169,7 @@ def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path) -> None
             name="umask-022",
             artifacts=str(home / "artifacts"),
             work_dir=default_work_dir(home),
+            sandbox=sandbox == "on",
         )
         worker.run(exit_when_idle=True)
     with db.session() as session:
@@ -151,7 +179,12 @@ def test_a_run_folder_is_private_while_its_notebook_runs(tmp_path: Path) -> None
     db.dispose()
     assert state == "SUCCEEDED"
     assert sha is not None
-    assert_private(recorded_modes(json.loads(open_store(str(home / "artifacts")).get(sha))))
+    modes = recorded_modes(json.loads(open_store(str(home / "artifacts")).get(sha)))
+    if sandbox == "on":
+        assert_private_in_a_sandbox(modes)
+        assert stat.S_IMODE((home / "runs").stat().st_mode) == 0o700  # the notebooks' folder
+    else:
+        assert_private(modes)
 
 
 @pytest.mark.ray

@@ -148,9 +148,11 @@ def supervise(app: AppContext, service: Any) -> None:
     import math
     import os
 
+    from nbcast.credentials import protect_process
     from nbcast.daemon import DEFAULT_HEARTBEAT_S, Supervisor
 
     configure_logging()
+    protect_process()  # no process of the same user reads our environment or memory
     text = os.environ.get("NBCAST_HEARTBEAT_SECONDS", "").strip() or str(DEFAULT_HEARTBEAT_S)
     try:
         every = float(text)

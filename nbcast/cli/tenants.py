@@ -34,6 +34,12 @@ _QUOTA_OPTIONS = [
     click.option("--max-attempts", type=int, help="Attempts before a run FAILS."),
     click.option("--share", type=float, help="Weight for fair share (default 1)."),
     click.option(
+        "--processes",
+        "max_processes_per_run",
+        type=int,
+        help="Processes and threads one run may have at once (its sandbox's limit).",
+    ),
+    click.option(
         "--budget-bytes",
         "budget_warehouse_bytes_per_day",
         type=int,

@@ -10,11 +10,10 @@ an argument: a command line is visible to every local user), not on nbcast's dat
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from nbcast.cli.output import emit_json
+from nbcast.credentials import credential
 from nbcast.errors import ConfigError
 
 __all__: list[str] = []
@@ -23,7 +22,7 @@ ADMIN_URL_VARIABLE = "NBCAST_WAREHOUSE_ADMIN_URL"
 
 
 def _admin_url() -> str:
-    url = os.environ.get(ADMIN_URL_VARIABLE, "").strip()
+    url = (credential(ADMIN_URL_VARIABLE) or "").strip()
     if not url:
         raise ConfigError(
             f"set ${ADMIN_URL_VARIABLE} to the warehouse's admin URL (a role that owns the "

@@ -55,6 +55,21 @@ def _engine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option("--no-warm-kernels", is_flag=True, help="Start a fresh kernel per run.")
 @click.option(
+    "--sandbox",
+    "sandbox",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="Run each attempt's kernel in a sandbox as its tenant's own user (default: on, "
+    "or NBCAST_SANDBOX). 'off' runs reports as this worker's user: trusted tenants only.",
+)
+@click.option(
+    "--tenant",
+    "tenants",
+    default="",
+    metavar="T[,T2]",
+    help="A dedicated worker: claim only these tenants' runs (default: every tenant's).",
+)
+@click.option(
     "--retry-backoff",
     type=Seconds(0, 86_400),
     default=30.0,
@@ -71,15 +86,35 @@ def worker(
     name: str | None,
     exit_when_idle: bool,
     no_warm_kernels: bool,
+    sandbox: str | None,
+    tenants: str,
     retry_backoff: float,
 ) -> None:
     """Claim runs and execute them with papermill, locally or on Ray; stop with SIGTERM."""
+    from nbcast.config import check_tenant_name
     from nbcast.daemon import service_name
     from nbcast.executor.engines import open_engine
     from nbcast.executor.worker import Worker, default_work_dir
+    from nbcast.executor.worker_scope import worker_scope
+    from nbcast.sandbox.policy import SandboxSetting, sandbox_setting
 
     configure_logging()
     settings = app.settings
+    names = [check_tenant_name(t.strip()) for t in tenants.split(",") if t.strip()]
+    setting = SandboxSetting(sandbox) if sandbox else sandbox_setting()
+    work_dir = default_work_dir(settings.home)
+    scope = worker_scope(
+        app.db,
+        setting=setting,
+        user=settings.user,
+        tenants=names,
+        work_dir=work_dir,
+        artifacts=settings.artifacts_location,
+        home=str(settings.home),
+        database_file=settings.database_file,
+    )
+    if scope.notice:
+        click.echo(f"nbcast worker: {scope.notice}", err=True)
     runner = open_engine(
         app.db,
         engine,
@@ -94,10 +129,12 @@ def worker(
             runner,
             name=service_name(name),
             artifacts=settings.artifacts_location,
-            work_dir=default_work_dir(settings.home),
+            work_dir=work_dir,
             lease_seconds=lease_seconds,
             lake=os.environ.get("NBCAST_LAKE"),
             backoff_base=retry_backoff,
+            sandbox=scope.sandbox,
+            tenants=scope.tenants,
         )
         service.exit_when_idle = exit_when_idle
         supervise(app, service)

@@ -43,6 +43,7 @@ from datetime import timedelta
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from nbcast.config import mask_url
+from nbcast.credentials import credential
 from nbcast.delivery.webhook_policy import WebhookPolicy, load_webhook_policy
 from nbcast.durations import parse_duration
 from nbcast.errors import ConfigError
@@ -82,11 +83,11 @@ def load_delivery_settings(environ: Mapping[str, str] | None = None) -> Delivery
             f"NBCAST_LINK_TTL must be more than 0s and at most 366d, not {raw_ttl[:40]!r}"
         )
     return DeliverySettings(
-        smtp_url=env.get("NBCAST_SMTP_URL") or None,
+        smtp_url=credential("NBCAST_SMTP_URL", env),
         smtp_from=env.get("NBCAST_SMTP_FROM") or "nbcast@localhost",
-        slack_token=env.get("NBCAST_SLACK_TOKEN") or None,
+        slack_token=credential("NBCAST_SLACK_TOKEN", env),
         slack_api_url=env.get("NBCAST_SLACK_API_URL") or "https://slack.com/api/",
-        webhook_secret=env.get("NBCAST_WEBHOOK_SECRET") or None,
+        webhook_secret=credential("NBCAST_WEBHOOK_SECRET", env),
         webhook_policy=load_webhook_policy(env),
         base_url=env.get("NBCAST_BASE_URL") or "http://127.0.0.1:8888",
         link_ttl=ttl,

@@ -30,6 +30,7 @@ from typing import Any
 
 from itsdangerous import BadSignature, URLSafeSerializer
 
+from nbcast.credentials import credential
 from nbcast.errors import ConfigError, LinkError
 
 __all__ = ["Signer", "load_signer"]
@@ -104,8 +105,9 @@ def parse_keys(text: str) -> list[tuple[str, str]]:
 def load_signer(home: Path, environ: Mapping[str, str] | None = None) -> Signer:
     """The signer from ``NBCAST_SIGNING_KEYS``, or the embedded key file (module doc)."""
     env = os.environ if environ is None else environ
-    if env.get("NBCAST_SIGNING_KEYS"):
-        keys = parse_keys(env["NBCAST_SIGNING_KEYS"])
+    given = credential("NBCAST_SIGNING_KEYS", env)
+    if given:
+        keys = parse_keys(given)
         try:
             return Signer(keys)
         except ConfigError as exc:

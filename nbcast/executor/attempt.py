@@ -68,6 +68,7 @@ Decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -99,6 +100,8 @@ from nbcast.executor.storable import (
     storable_text,
 )
 from nbcast.executor.watchdog import KernelUsage
+from nbcast.sandbox.policy import SandboxSpec
+from nbcast.warehouse.context import host_paths
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -142,6 +145,8 @@ class AttemptJob:
     """The run's recipient scope, applied by the warehouse to every query."""
     budget_bytes_left: int | None = None
     """Warehouse bytes the tenant's daily budget has left (None: no budget)."""
+    sandbox: SandboxSpec | None = None
+    """The sandbox the kernel runs in (None: the worker runs with ``--sandbox off``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,22 +171,32 @@ class AttemptOutcome:
     """The kernel's peak resident memory, MB."""
 
 
-def warehouse_context(job: AttemptJob, run_dir: Path) -> dict[str, Any]:
-    """The run context ``nbcast.warehouse`` reads inside the kernel: the tenant's
-    connections as the run may use them (scoped to its row filter), its limits (the
-    day's budget left included) and its row filter."""
+def job_connections(job: AttemptJob) -> dict[str, Any]:
+    """The tenant's warehouse connections as the run may use them: scoped to its row
+    filter; without any, the lake (``job.lake``, ``$NBCAST_LAKE`` or ``./lake``)."""
     configured = job.warehouse or {}
     connections = configured.get("connections")
     if not connections:
         lake = job.lake or os.environ.get("NBCAST_LAKE") or "lake"
-        connections = {"default": {"kind": "parquet", "path": str(Path(lake).resolve())}}
-    else:
-        # Never an admin URL in a kernel; a scoped run's PostgreSQL connections log in as
-        # the row filter's own role (row-level security), others it cannot scope are
-        # withheld (nbcast.warehouse.rls).
-        from nbcast.warehouse.rls import scoped_connections
+        return {"default": {"kind": "parquet", "path": str(Path(lake).resolve())}}
+    # Never an admin URL in a kernel; a scoped run's PostgreSQL connections log in as
+    # the row filter's own role (row-level security), others it cannot scope are
+    # withheld (nbcast.warehouse.rls).
+    from nbcast.warehouse.rls import scoped_connections
 
-        connections = scoped_connections(connections, job.row_filter)
+    scoped: dict[str, Any] = scoped_connections(connections, job.row_filter)
+    return scoped
+
+
+def warehouse_context(
+    job: AttemptJob, run_dir: Path, connections: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run context ``nbcast.warehouse`` reads inside the kernel: the tenant's
+    connections as the run may use them (:func:`job_connections`, unless given), its
+    limits (the day's budget left included) and its row filter."""
+    configured = job.warehouse or {}
+    if connections is None:
+        connections = job_connections(job)
     limits = {**DEFAULT_LIMITS, **configured.get("limits", {})}
     if job.budget_bytes_left is not None:  # a query may not cross the day's budget
         limits["budget_bytes_left"] = max(0, int(job.budget_bytes_left))
@@ -256,40 +271,69 @@ def execute_attempt(
     job: AttemptJob, *, pool: Any = None, cancel: threading.Event | None = None
 ) -> AttemptOutcome:
     """Execute ``job`` (module docstring); never raises for notebook problems."""
-    from nbcast.executor.notebook_runner import execute_notebook
-
     started = time.monotonic()
     run_dir = Path(job.work_dir) / f"run-{job.run_id}-attempt-{job.attempt}"
     _private_folder(run_dir)
+    try:
+        return _execute(job, run_dir, started, pool=pool, cancel=cancel)
+    finally:
+        _remove(run_dir)
+
+
+def _execute(
+    job: AttemptJob,
+    run_dir: Path,
+    started: float,
+    *,
+    pool: Any,
+    cancel: threading.Event | None,
+) -> AttemptOutcome:
+    """:func:`execute_attempt` once the run folder exists (it removes it afterwards).
+
+    A sandboxed attempt's kernel is acquired first: the kernel sees only its own run
+    folder (the box's), so the run context and the usage file are written there, for
+    the tenant's uid; the notebooks stay in ``run_dir``, which only the worker sees.
+    """
+    from nbcast.executor.notebook_runner import execute_notebook
+
     source = run_dir / "input.ipynb"
     output = run_dir / "output.ipynb"
     _write_private(source, job.notebook_json)
     _write_private(output, "")  # papermill rewrites it in place: it stays 0600
-    context_path = run_dir / "run-context.json"
-    try:
-        context = warehouse_context(job, run_dir)
-    except ConfigError as exc:  # the warehouse could not scope the run: try again later
-        _remove(run_dir)
-        return AttemptOutcome(
-            state=RunState.FAILED,
-            duration_s=time.monotonic() - started,
-            error=storable_error(_error(type(exc).__name__, str(exc), ())),
-        )
-    _write_private(Path(context["usage_path"]), "")
-    _write_private(context_path, json.dumps(context))
-    env_before = os.environ.get("NBCAST_RUN_CONTEXT")
     state, error, kernel_start = RunState.SUCCEEDED, None, None
     used = KernelUsage()
     reason: str | None = None
+    kernel: Any = None
+    kernel_dir = run_dir
+    owned_pool: Any = None
+    context: dict[str, Any] = {"usage_path": str(run_dir / "warehouse-usage.jsonl")}
+    env_before = os.environ.get("NBCAST_RUN_CONTEXT")
     try:
         kernel_name, language = check_attempt(job.notebook_json, job.parameters)
+        connections = job_connections(job)
+        if job.sandbox is not None:
+            if pool is None:  # no warm kernels: a pool that keeps none, for this one
+                from nbcast.executor.kernels import KernelPool
+
+                pool = owned_pool = KernelPool(size=0, profiles=())
+            # The kernel sees the tenant's lake scope: what its connections read.
+            spec = dataclasses.replace(job.sandbox, readonly=tuple(host_paths(connections)))
+            kernel = pool.acquire(timeout=job.timeout_s, kernel_name=kernel_name, sandbox=spec)
+            kernel_dir = Path(kernel.box.folder)
+        context = warehouse_context(job, kernel_dir, connections)
+        context_path = kernel_dir / "run-context.json"
+        for path, text in ((Path(context["usage_path"]), ""), (context_path, json.dumps(context))):
+            _write_private(path, text)
+            if kernel is not None:
+                kernel.box.give(str(path))
         result = execute_notebook(
             str(source),
             str(output),
             job.parameters,
-            cwd=str(run_dir),
+            cwd=str(kernel_dir),
             pool=pool,
-            setup_code=_setup_code(run_dir, context_path),
+            kernel=kernel,
+            setup_code=_setup_code(kernel_dir, context_path),
             timeout_s=job.timeout_s,
             cancel=cancel,
             kernel_name=kernel_name,
@@ -302,6 +346,8 @@ def execute_attempt(
     except PermanentFailure as exc:
         state, reason = RunState.FAILED, exc.reason
         error = _error(exc.ename, exc.evalue, ())
+    except ConfigError as exc:  # the warehouse could not scope the run: try again later
+        state, error = RunState.FAILED, _error(type(exc).__name__, str(exc), ())
     except NotebookExecutionError as exc:
         state = RunState.FAILED
         error = {"cell_index": exc.cell_index, **_error(exc.ename, exc.evalue, exc.traceback)}
@@ -319,13 +365,16 @@ def execute_attempt(
         if env_before is None:
             os.environ.pop("NBCAST_RUN_CONTEXT", None)
     try:
-        written = _written(output)
-        if written and job.run is not None:
-            _record_run(output, job.run)
-        sha = open_store(job.artifacts).put_file(output).sha256 if written else None
         usage = read_usage_file(Path(context["usage_path"]))
     finally:
-        _remove(run_dir)
+        if kernel is not None:  # its sandbox ends: whatever the report left running too
+            kernel.kill()
+        if owned_pool is not None:
+            owned_pool.close()
+    written = _written(output)
+    if written and job.run is not None:
+        _record_run(output, job.run)
+    sha = open_store(job.artifacts).put_file(output).sha256 if written else None
     import socket
 
     retryable = not (state is RunState.FAILED and reason is not None)

@@ -16,6 +16,7 @@ from nbcast.executor import bounds
 from nbcast.executor.attempt import AttemptJob
 from nbcast.executor.engines.base import Resources
 from nbcast.executor.quotas import Quota
+from nbcast.sandbox.policy import SandboxTemplate
 
 __all__ = ["Backoff", "Lease", "Success", "lease_lost"]
 
@@ -50,15 +51,35 @@ class Lease:
     """The scope's row filter, applied by the warehouse to every query of the run."""
     budget_bytes_left: int | None = None
     """Warehouse bytes the tenant's daily budget had left at the claim (None: none)."""
+    sandbox_network: str = "host"
+    """What the tenant's kernels reach (:class:`nbcast.sandbox.policy.Network`)."""
 
     @property
     def label(self) -> str:
         """``nbcast:<tenant>/<definition>@<slot>``: how the run appears in Ray and logs."""
         return f"nbcast:{self.tenant}/{self.definition}@{self.slot_key or f'manual-{self.run_id}'}"
 
-    def job(self, *, work_dir: str, artifacts: str, lake: str | None = None) -> AttemptJob:
+    def job(
+        self,
+        *,
+        work_dir: str,
+        artifacts: str,
+        lake: str | None = None,
+        sandbox: SandboxTemplate | None = None,
+    ) -> AttemptJob:
         """The attempt as an engine runs it: no database handles, the run timeout
-        bounded (:func:`nbcast.executor.bounds.run_timeout`)."""
+        bounded (:func:`nbcast.executor.bounds.run_timeout`), in a sandbox made from
+        ``sandbox`` and the tenant's settings (None: the worker runs unsandboxed)."""
+        spec = None
+        if sandbox is not None:
+            spec = sandbox.spec(
+                tenant=self.tenant,
+                tenant_id=self.tenant_id,
+                network=self.sandbox_network,
+                memory_mb=self.quota.memory_mb_per_run,
+                processes=self.quota.max_processes_per_run,
+                concurrency=self.quota.max_concurrent_runs,
+            )
         return AttemptJob(
             run_id=self.run_id,
             attempt=self.attempt,
@@ -75,6 +96,7 @@ class Lease:
             run=self.run_context(),
             row_filter=self.row_filter,
             budget_bytes_left=self.budget_bytes_left,
+            sandbox=spec,
         )
 
     def run_context(self) -> dict[str, Any]:

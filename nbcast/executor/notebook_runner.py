@@ -423,6 +423,7 @@ def execute_notebook(
     *,
     cwd: str,
     pool: KernelPool | None,
+    kernel: PooledKernel | None = None,
     setup_code: str = "",
     timeout_s: float | None = None,
     cancel: threading.Event | None = None,
@@ -435,9 +436,11 @@ def execute_notebook(
     """Run one parameterized notebook with papermill and write the executed notebook.
 
     The kernel works in ``cwd``; ``setup_code`` runs silently in it before the first
-    cell. With a ``pool`` the kernel is a pooled one, otherwise the engine starts one
-    (engine ``nbcast`` either way). ``timeout_s`` limits the whole run and ``cancel``
-    may be set from another thread; either stops the kernel. ``output_limits`` bound
+    cell. ``kernel`` is one the caller acquired (and releases: a sandboxed kernel is
+    acquired before its run folder is written); otherwise with a ``pool`` the kernel is
+    a pooled one, else the engine starts one (engine ``nbcast`` each way).
+    ``timeout_s`` limits the whole run and ``cancel`` may be set from another thread;
+    either stops the kernel. ``output_limits`` bound
     the output it may send (default :class:`OutputLimits`'s); ``usage``, when given,
     receives what the kernel used (also when the run fails). ``kernel_name`` and
     ``language`` override the notebook's (papermill's own arguments).
@@ -481,15 +484,18 @@ def execute_notebook(
         common["kernel_name"] = kernel_name
     if language is not None:
         common["language"] = language
-    if pool is not None:
+    if pool is not None or kernel is not None:
         chdir = f"import os as _nbcast_os\n_nbcast_os.chdir({cwd!r})\ndel _nbcast_os\n"
         engine: dict[str, Any] = {
             "engine_name": ENGINE_NAME,
-            "kernel_pool": pool,
             "on_kernel": on_kernel,
             "setup_code": chdir + setup_code,
             "output_guard": guard,
         }
+        if kernel is not None:
+            engine["kernel"] = kernel
+        else:
+            engine["kernel_pool"] = pool
     else:
         engine = {
             "engine_name": ENGINE_NAME,

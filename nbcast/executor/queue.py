@@ -67,8 +67,9 @@ dropped after the read, so a few more than the room are locked and looked at."""
 
 _CLAIM_CALL = sa.text(
     "SELECT * FROM nbcast_claim_runs(:owner, :limit, :now, :lease, :host, :engine, :day, "
-    ":rate, :real, :budgets)"
+    ":rate, :real, :budgets, :tenants)"
 ).bindparams(
+    sa.bindparam("tenants", type_=sa.ARRAY(sa.Integer())),
     sa.bindparam("now", type_=sa.DateTime(timezone=True)),
     sa.bindparam("day", type_=sa.Date()),
     sa.bindparam("lease", type_=sa.Interval()),
@@ -100,8 +101,11 @@ class RunQueue:
         engine: str = "local",
         backoff_base: float = 30.0,
         backoff_cap: float = 3600.0,
+        tenants: Sequence[int] | None = None,
     ) -> None:
         self.db = db
+        self.tenants = None if tenants is None else sorted(set(tenants))
+        """The ids of the tenants whose runs this worker claims (None: every tenant's)."""
         self.clock = clock
         self.owner = owner
         self.lease = timedelta(seconds=bounds.lease_seconds(lease_seconds))
@@ -265,6 +269,7 @@ class RunQueue:
                     "rate": self.clock.rate,
                     "real": self.clock.real,
                     "budgets": governance.ACCOUNTING,
+                    "tenants": self.tenants,
                 },
             ).all()
             if any(r.out_kind != "leased" for r in rows):
@@ -290,6 +295,7 @@ class RunQueue:
                         audience=r.audience,
                         row_filter=r.row_filter,
                         budget_bytes_left=r.bytes_left,
+                        sandbox_network=r.sandbox_network,
                     )
                 )
         stats.leased = len(leases)
@@ -335,7 +341,8 @@ class RunQueue:
         has_work = sa.exists().where(
             Run.tenant_id == Tenant.id, Run.state == RunState.QUEUED, Run.not_before <= now
         )
-        rows = session.execute(sa.select(Tenant, active, queued).where(has_work)).all()
+        chosen = sa.true() if self.tenants is None else Tenant.id.in_(self.tenants)
+        rows = session.execute(sa.select(Tenant, active, queued).where(has_work, chosen)).all()
         shuffled = [(t, int(a), int(q), random.random()) for t, a, q in rows]
         shuffled.sort(key=lambda r: (r[1] / max(r[0].share, 1e-9), r[2], r[3]))
         return [(t, q) for t, a, q, _ in shuffled if a < t.max_concurrent_runs]
@@ -481,6 +488,7 @@ class RunQueue:
                 audience=r.audience,
                 row_filter=r.row_filter,
                 budget_bytes_left=left.get(r.tenant_id),
+                sandbox_network=tenants[r.tenant_id].sandbox_network,
             )
             for r in rows
         ]

@@ -9,8 +9,9 @@ it under the tenant's lock on every claim, so a change applies to the next claim
   running runs (:func:`live_runs`) *after* locking the tenant and leases at most the
   difference;
 - **per run** — ``cpus_per_run``, ``memory_mb_per_run``, ``run_timeout_s``,
-  ``max_attempts``: carried by each lease as a :class:`Quota` (the engine turns the
-  first two into task resources, the worker bounds the timeout with
+  ``max_attempts``, ``max_processes_per_run``: carried by each lease as a
+  :class:`Quota` (the engine turns the first two into task resources, the sandbox the
+  memory and processes into limits, the worker bounds the timeout with
   :func:`nbcast.executor.bounds.run_timeout`);
 - **fair share** — ``share``: the claim's order among tenants with work;
 - **daily budgets** — warehouse bytes and kernel CPU seconds per UTC day
@@ -50,6 +51,7 @@ class _QuotaColumns(Protocol):
     memory_mb_per_run: int
     run_timeout_s: int
     max_attempts: int
+    max_processes_per_run: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +63,7 @@ class Quota:
     memory_mb_per_run: int
     run_timeout_s: int
     max_attempts: int
+    max_processes_per_run: int = 256
 
     @classmethod
     def of(cls, row: _QuotaColumns) -> Quota:
@@ -72,6 +75,7 @@ class Quota:
             memory_mb_per_run=row.memory_mb_per_run,
             run_timeout_s=row.run_timeout_s,
             max_attempts=row.max_attempts,
+            max_processes_per_run=row.max_processes_per_run,
         )
 
 

@@ -45,7 +45,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -254,12 +256,25 @@ def storable_usage(usage: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def read_usage_file(path: Path) -> list[dict[str, Any]]:
     """The usage records of an attempt's usage file, made storable: lines that are
     not records (or a half-written last line) are skipped, at most
-    :data:`MAX_USAGE_FILE_BYTES` are read."""
+    :data:`MAX_USAGE_FILE_BYTES` are read.
+
+    The file is in the run folder, which the report may write: one it replaced with a
+    symbolic link (to a key the worker can read), a FIFO or a device is not read."""
     try:
-        with path.open("rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
             data = handle.read(MAX_USAGE_FILE_BYTES)
     except OSError:
         return []
+    finally:
+        if fd >= 0:
+            os.close(fd)
     records: list[Mapping[str, Any]] = []
     for line in data.split(b"\n")[:-1]:  # the last piece is b"" or a torn write
         try:

@@ -39,7 +39,7 @@ import logging
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from nbcast.executor.models import ACTIVE_STATES, Run, RunReason, RunState
 from nbcast.executor.preflight import permanent_reason
 from nbcast.executor.queue import RunQueue
 from nbcast.executor.storable import storable_error, storable_json, storable_text
+from nbcast.sandbox.policy import SandboxTemplate, default_template
 
 __all__ = ["MAX_RECORD_TRIES", "Worker", "WorkerStats", "default_work_dir"]
 
@@ -105,9 +106,15 @@ class Worker(Service):
         poll_interval: float = 0.2,
         lake: str | None = None,
         backoff_base: float = 30.0,
+        sandbox: SandboxTemplate | bool | None = True,
+        tenants: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.db = db
+        if sandbox is True:  # the default: every attempt sandboxed, hiding what is ours
+            sandbox = default_template(work_dir=work_dir, artifacts=artifacts)
+        #: what every attempt's sandbox shares (None: kernels run unsandboxed)
+        self.sandbox: SandboxTemplate | None = sandbox or None
         self.clock = clock
         self.engine = engine
         self.name = name
@@ -122,6 +129,7 @@ class Worker(Service):
             lease_seconds=lease_seconds,
             engine=engine.name,
             backoff_base=backoff_base,
+            tenants=tenants,
         )
         self.heartbeat_every = max(self.queue.lease.total_seconds() / 3, 0.2)
         self.stats = WorkerStats()
@@ -158,10 +166,11 @@ class Worker(Service):
         """One :meth:`step` per step; done when stopped and drained, or — with
         ``exit_when_idle`` — once nothing is due and nothing is running."""
         log.info(
-            "worker %s started (engine %s, capacity %d)",
+            "worker %s started (engine %s, capacity %d, sandbox %s)",
             self.name,
             self.engine.name,
             self.engine.capacity,
+            "on" if self.sandbox is not None else "OFF: kernels run as this worker's user",
         )
         if swept := sweep_run_folders(self.work_dir):
             log.info("removed %d run folders left by attempts that never ended", swept)
@@ -177,7 +186,7 @@ class Worker(Service):
                 break
         log.info("worker %s stopped: %s", self.name, self.stats)
 
-    def _detail(self) -> dict[str, int]:
+    def _detail(self) -> dict[str, Any]:
         s = self.stats
         return {
             "claimed": s.claimed,
@@ -185,6 +194,7 @@ class Worker(Service):
             "failed": s.failed,
             "rejected": s.rejected,
             "running": len(self._in_flight),
+            "sandbox": "on" if self.sandbox is not None else "off",
         }
 
     def run(self, *, exit_when_idle: bool = False) -> WorkerStats:
@@ -255,7 +265,9 @@ class Worker(Service):
         return len(leases)
 
     def _submit(self, lease: Lease) -> None:
-        job = lease.job(work_dir=self.work_dir, artifacts=self.artifacts, lake=self.lake)
+        job = lease.job(
+            work_dir=self.work_dir, artifacts=self.artifacts, lake=self.lake, sandbox=self.sandbox
+        )
         key = (lease.run_id, lease.attempt)
         self._in_flight[key] = _InFlight(lease, time.monotonic() + self.heartbeat_every)
         try:

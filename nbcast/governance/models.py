@@ -43,6 +43,12 @@ class Tenant(Base):
         default=DEFAULT_MAX_ATTEMPTS, server_default=str(DEFAULT_MAX_ATTEMPTS)
     )
     share: Mapped[float] = mapped_column(default=1.0, server_default="1")
+    max_processes_per_run: Mapped[int] = mapped_column(default=256, server_default="256")
+    """Processes and threads one attempt may have at once (its sandbox's limit)."""
+    sandbox_network: Mapped[str] = mapped_column(
+        sa.String(8), default="host", server_default="host"
+    )
+    """What the tenant's kernels reach: ``host`` or ``none`` (:mod:`nbcast.sandbox.policy`)."""
     warehouse: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The warehouse connections the tenant's runs may use (None: the embedded lake)."""
     # Budgets per UTC day (None: none) — nbcast.governance.budgets.

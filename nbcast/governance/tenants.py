@@ -89,6 +89,7 @@ QUOTA_FIELDS = {
     "run_timeout_s": int,
     "max_attempts": int,
     "share": float,
+    "max_processes_per_run": int,
     "budget_warehouse_bytes_per_day": int,
     "budget_cpu_s_per_day": float,
 }
@@ -101,10 +102,19 @@ QUOTA_BOUNDS: dict[str, float] = {
     "run_timeout_s": 7 * 86_400,
     "max_attempts": 100,
     "share": 1_000_000,
+    "max_processes_per_run": 100_000,
     "budget_warehouse_bytes_per_day": 2**63 - 1,
     "budget_cpu_s_per_day": 86_400 * 100_000,
 }
-"""The largest value each quota accepts (the smallest is just above 0)."""
+"""The largest value each quota accepts (the smallest is just above 0, or
+:data:`QUOTA_MINIMUMS`)."""
+
+QUOTA_MINIMUMS: dict[str, float] = {
+    "memory_mb_per_run": 64,
+    "max_processes_per_run": 16,
+}
+"""Quotas a sandbox needs more of than "above 0": a Python kernel alone has a dozen
+threads and needs tens of MB (:class:`nbcast.sandbox.policy.SandboxSpec`)."""
 
 NULLABLE_QUOTAS = frozenset({"budget_warehouse_bytes_per_day", "budget_cpu_s_per_day"})
 """The quotas that may be None (no budget)."""
@@ -130,6 +140,8 @@ def set_quota(session: Session, name: str, **values: Any) -> Tenant:
             raise ConfigError(
                 f"{field} must be above 0 and at most {QUOTA_BOUNDS[field]:,}, not {clip(value)}"
             )
+        elif value < QUOTA_MINIMUMS.get(field, 0):
+            raise ConfigError(f"{field} must be at least {QUOTA_MINIMUMS[field]:,}, not {value}")
         setattr(tenant, field, QUOTA_FIELDS[field](value) if value is not None else None)
     return tenant
 

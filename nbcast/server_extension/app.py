@@ -36,6 +36,7 @@ from pathlib import Path
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Int, List, Unicode
 
+from nbcast.credentials import protect_process
 from nbcast.server_extension.handlers.base import STATE_KEY
 from nbcast.server_extension.routes import registered, tornado_handlers
 from nbcast.server_extension.services import SERVICES_KEY, ServiceSupervisor
@@ -150,7 +151,12 @@ class NbcastApp(ExtensionApp):
         return state.settings.is_embedded
 
     def initialize_settings(self) -> None:
-        """Build the shared state (a bad setting stops the extension with one line)."""
+        """Build the shared state (a bad setting stops the extension with one line).
+
+        The server makes itself undumpable first (:func:`nbcast.credentials.protect_process`):
+        its environment holds its token and nbcast's secrets, its memory the cookie secret.
+        """
+        protect_process()
         self.state = ServerState.create(self.environment(), self.options())
         self.settings[STATE_KEY] = self.state
         self.log.info(

@@ -56,6 +56,7 @@ __all__ = [
     "configure",
     "current_context",
     "forget",
+    "host_paths",
     "load_context",
     "parse_row_filter",
 ]
@@ -293,3 +294,37 @@ def forget() -> None:
     with _lock:
         _configured = None
         _env_cache = None
+
+
+def host_paths(connections: Mapping[str, Any]) -> list[str]:
+    """The files and folders of this machine that ``connections`` (a run context's
+    ``connections``: name -> ``{"kind", "path"|"url"}``) read: what a sandboxed kernel
+    must see, read-only, to use them. A Parquet folder, a DuckDB file, a SQLite file,
+    and the folder of a unix socket a SQLAlchemy URL names (``host=/run/postgresql``
+    or ``postgresql://user@%2Frun%2Fpostgresql/db``); a URL to a host over the network
+    needs no path. Anything that cannot be read as such is skipped (its run fails on
+    its own, with the warehouse's error)."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    found: list[str] = []
+    for spec in connections.values():
+        if not isinstance(spec, Mapping):
+            continue
+        path, url = spec.get("path"), spec.get("url")
+        if isinstance(path, str) and path:
+            found.append(os.path.abspath(os.path.expanduser(path)))
+        if not isinstance(url, str):
+            continue
+        if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+            found.append(os.path.abspath(url[len("sqlite:///") :].split("?", 1)[0]))
+            continue
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            continue
+        hosts = parse_qs(parts.query).get("host", [])
+        netloc_host = unquote(parts.netloc.rsplit("@", 1)[-1].split(":", 1)[0])
+        for host in [*hosts, netloc_host]:
+            if host.startswith("/"):
+                found.append(os.path.abspath(host))
+    return sorted(set(found))

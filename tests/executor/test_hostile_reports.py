@@ -131,18 +131,24 @@ SHOW_ENVIRONMENT = """
 import json, os
 print("ENV", json.dumps(dict(os.environ)))
 parent = os.getppid()
-with open(f"/proc/{parent}/cmdline", "rb") as f:
-    zygote = b"zygote_server" in f.read()
-if zygote:
-    with open(f"/proc/{parent}/environ", "rb") as f:
-        print("ZYGOTE", f.read().decode(errors="replace"))
+print("PARENT", parent)
+if parent:
+    with open(f"/proc/{parent}/cmdline", "rb") as f:
+        zygote = b"zygote_server" in f.read()
+    if zygote:
+        with open(f"/proc/{parent}/environ", "rb") as f:
+            print("ZYGOTE", f.read().decode(errors="replace"))
 """
 
 
+@pytest.mark.parametrize("sandbox", ["on", "off"])
 @pytest.mark.parametrize("kernels", ["forked", "pooled", "unpooled"])
 def test_a_report_sees_no_secret_of_the_worker(
-    kernels: str, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kernels: str, sandbox: str, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its environment holds none of nbcast's secrets, however its kernel started. In a
+    sandbox its parent is not even there to look at (outside its PID namespace: pid 0);
+    without one, a forked kernel's parent is the zygote, whose environment is clean too."""
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("NBCAST_FORKED_KERNELS", "0" if kernels == "pooled" else "1")
@@ -151,19 +157,22 @@ def test_a_report_sees_no_secret_of_the_worker(
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "env", {})
     try:
         with LocalEngine(capacity=1, warm_kernels=kernels != "unpooled", pool_size=1) as engine:
-            make_worker(db, tmp_path, engine).run(exit_when_idle=True)
+            worker = make_worker(db, tmp_path, engine, sandbox=sandbox == "on")
+            worker.run(exit_when_idle=True)
     finally:
         shutdown_default_zygote()
     run = run_state(db, run_id)
     assert run.state == "SUCCEEDED"
     text = printed(tmp_path, run.artifact_sha256)
+    parent = int(text.split("PARENT ", 1)[1].split()[0])
+    assert (parent == 0) == (sandbox == "on")
     seen = json.loads(text.split("ENV ", 1)[1].splitlines()[0])
     assert not set(SECRETS) & set(seen)
     assert not [k for k in seen if k.startswith("NBCAST_") and k != "NBCAST_RUN_CONTEXT"]
     assert seen["NBCAST_RUN_CONTEXT"].endswith("run-context.json")
     for value in SECRETS.values():
         assert value not in text
-    assert ("ZYGOTE" in text) == (kernels == "forked")
+    assert ("ZYGOTE" in text) == (kernels == "forked" and sandbox == "off")
     assert_no_run_folders(tmp_path)
 
 
@@ -203,6 +212,9 @@ os.replace({flag!r} + ".tmp", {flag!r})
 
 
 def test_killing_the_zygote_kills_no_other_tenants_report(db: Database, tmp_path: Path) -> None:
+    """With the sandbox off (a kernel is then the zygote's child and can signal it; in
+    a sandbox the zygote is outside its PID namespace, :mod:`tests.sandbox`), and the two
+    reports sharing a folder to meet in."""
     flag = str(tmp_path / "zygote.pid")
     define(db, tmp_path, "patient", "waits", WAIT_FOR_THE_ZYGOTE_TO_DIE.format(flag=flag))
     define(db, tmp_path, "hostile", "kills", KILL_THE_ZYGOTE.format(flag=flag))
@@ -212,7 +224,7 @@ def test_killing_the_zygote_kills_no_other_tenants_report(db: Database, tmp_path
     waits = run_now(db, SystemClock(), Caller(tenant="patient", user="t"), "waits", {})
     kills = run_now(db, SystemClock(), Caller(tenant="hostile", user="t"), "kills", {})
     with LocalEngine(capacity=2, pool_size=2) as engine:  # both forked from one zygote
-        worker = make_worker(db, tmp_path, engine)
+        worker = make_worker(db, tmp_path, engine, sandbox=None)
         assert worker.step() == 2
         worker.run(exit_when_idle=True)
     killed = int(Path(flag).read_text())
@@ -221,7 +233,7 @@ def test_killing_the_zygote_kills_no_other_tenants_report(db: Database, tmp_path
     assert "survived the zygote" in printed(tmp_path, run_state(db, waits).artifact_sha256)
     later = run_now(db, SystemClock(), Caller(tenant="patient", user="t"), "later", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
-        make_worker(db, tmp_path, engine).run(exit_when_idle=True)
+        make_worker(db, tmp_path, engine, sandbox=None).run(exit_when_idle=True)
     assert run_state(db, later).state == "SUCCEEDED"
     assert default_zygote().pid != killed  # replaced
     assert_no_run_folders(tmp_path)

@@ -90,7 +90,8 @@ def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
         # Zygote-forked kernels unless NBCAST_RAY_FORKED_KERNELS=0 (module docstring);
         # None keeps the pool's own switch, NBCAST_FORKED_KERNELS.
         forked = None if os.environ.get("NBCAST_RAY_FORKED_KERNELS", "1") != "0" else False
-        _POOL = KernelPool(size=1, forked=forked)
+        # A sandboxed job's kernels are kept per tenant: none is started before one asks.
+        _POOL = KernelPool(size=1, forked=forked, profiles=() if job.sandbox else None)
     outcome = execute_attempt(job, pool=_POOL)
     node = ray.get_runtime_context().get_node_id()
     return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")

@@ -8,7 +8,11 @@
 - :mod:`~nbcast.executor.kernels.zygote` — the zygote's client: a pre-imported process
   that forks kernels; :mod:`~nbcast.executor.kernels.zygote_server` its server side;
 - :mod:`~nbcast.executor.kernels.forked` — forked kernels as jupyter_client sees them
-  (a provisioner and a kernel manager).
+  (a provisioner and a kernel manager);
+- :mod:`~nbcast.executor.kernels.slot` — one kernel the pool brings up and down;
+  :mod:`~nbcast.executor.kernels.demand` — how many kernels of each kind it keeps;
+- :mod:`~nbcast.executor.kernels.sandboxed` — one kernel's sandbox as the machinery
+  uses it: run folder, bubblewrap sandbox, cgroup, IPC sockets, environment.
 
 The names below are imported on first use (PEP 562), not with the package: the
 zygote's server runs as ``python -m nbcast.executor.kernels.zygote_server`` and must

@@ -13,15 +13,16 @@ What a kernel sees:
 - the worker's environment, minus every ``NBCAST_*`` variable except those in
   :data:`KERNEL_VARIABLES` (``NBCAST_LAKE``, the example reports' Parquet lake), and
   minus :data:`SECRET_VARIABLES` (``PGPASSWORD``, libpq's password, which nbcast's
-  PostgreSQL connection reads when its URL has none);
+  PostgreSQL connection reads when its URL has none; the Jupyter server's token);
 - what Jupyter adds: ``JPY_PARENT_PID`` (and the kernelspec's own ``env``);
 - ``NBCAST_RUN_CONTEXT``, set by the run's setup code: the path of the run's context
   file (the tenant's warehouse connections and limits);
 - in a forked kernel, ``MPLBACKEND`` when unset (as ipykernel sets it) and what the
   zygote's imports put into the environment.
 
-It does not stop a kernel from reading files the worker's OS user can read: kernels
-run as that user (see the README's trust model).
+This is what a kernel's environment holds; what it can *reach* is the sandbox's
+business (:mod:`nbcast.sandbox`): a sandboxed kernel runs as its tenant's own user and
+cannot see the worker's processes or files at all.
 
 Only the standard library (the zygote's server imports this before anything else).
 """
@@ -36,8 +37,18 @@ __all__ = ["KERNEL_VARIABLES", "SECRET_VARIABLES", "is_withheld", "kernel_enviro
 KERNEL_VARIABLES = frozenset({"NBCAST_LAKE"})
 """The ``NBCAST_*`` variables a kernel keeps."""
 
-SECRET_VARIABLES = frozenset({"PGPASSWORD"})
-"""Other variables nbcast reads that hold a secret; kernels do not get them."""
+SECRET_VARIABLES = frozenset(
+    {
+        "PGPASSWORD",
+        "JUPYTER_TOKEN",
+        "JUPYTERHUB_API_TOKEN",
+        "JPY_API_TOKEN",
+        "RAY_AUTH_TOKEN",
+    }
+)
+"""Other variables that hold a secret nbcast or its server uses — libpq's password,
+the Jupyter server's and JupyterHub's tokens, Ray's cluster token; kernels do not get
+them (a worker started beside the server, as its embedded services are, has them)."""
 
 
 def is_withheld(name: str) -> bool:

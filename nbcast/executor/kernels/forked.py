@@ -32,13 +32,16 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from nbcast.executor.kernels.zygote import Zygote, ZygoteError, ZygoteUnavailable, default_zygote
+
+if TYPE_CHECKING:
+    from nbcast.executor.kernels.sandboxed import KernelBox
 
 __all__ = [
     "LISTEN_WAIT_S",
@@ -182,9 +185,20 @@ class ZygoteProvisioner(LocalProvisioner):
     ipykernel are started with ``Popen`` exactly as ``LocalProvisioner`` does.
     """
 
-    def __init__(self, *, zygote: Zygote | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        zygote: Zygote | None = None,
+        box: KernelBox | None = None,
+        fork: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.zygote = zygote
+        #: the sandbox every kernel of this provisioner enters (None: none)
+        self.box = box
+        #: fork kernels from a zygote when the command allows it
+        self.fork = fork
         self.forked: _ForkedKernel | None = None
 
     @property
@@ -200,7 +214,8 @@ class ZygoteProvisioner(LocalProvisioner):
         busy machine) out of that window.
         """
         spec = self.kernel_spec
-        options = _spec_interpreter_options(spec.argv) if self.zygote is None and spec else None
+        wanted = self.fork and self.zygote is None and spec
+        options = _spec_interpreter_options(spec.argv) if wanted else None
         if options is not None:
             try:
                 await asyncio.to_thread(default_zygote, options)
@@ -216,11 +231,16 @@ class ZygoteProvisioner(LocalProvisioner):
         kernel is started with ``Popen`` and a warning logged: a stuck zygote costs at
         most its timeout, never the run.
         """
-        plan = _fork_plan(cmd, kwargs)
+        box = self.box
+        if box is not None:
+            # The kernel reads its connection file inside the sandbox, as the tenant.
+            box.give(self.connection_info_file())
+        plan = _fork_plan(cmd, kwargs) if self.fork else None
         zygote = self.zygote
         if plan is None or (zygote and tuple(plan[0]) != zygote.interpreter_options):
-            self.log.warning("Not forking %s from a zygote: started with Popen", cmd)
-            return await super().launch_kernel(cmd, **kwargs)
+            if self.fork:
+                self.log.warning("Not forking %s from a zygote: started with Popen", cmd)
+            return await self._popen(cmd, **kwargs)
         arguments = plan[1]
         index = arguments.index("-f")
         connection_file = arguments[index + 1]
@@ -230,8 +250,16 @@ class ZygoteProvisioner(LocalProvisioner):
         try:
             if zygote is None:
                 zygote = await asyncio.to_thread(default_zygote, plan[0])
+            sandbox = box.plan() if box is not None else None
             spawn = asyncio.ensure_future(
-                asyncio.to_thread(zygote.spawn, connection_file, argv_extra=extra, cwd=cwd, env=env)
+                asyncio.to_thread(
+                    zygote.spawn,
+                    connection_file,
+                    argv_extra=extra,
+                    cwd=cwd,
+                    env=env,
+                    sandbox=sandbox,
+                )
             )
             try:
                 pid = await asyncio.shield(spawn)
@@ -241,15 +269,32 @@ class ZygoteProvisioner(LocalProvisioner):
                 with contextlib.suppress(Exception):
                     os.killpg(await spawn, signal.SIGKILL)
                 raise
-        except (ZygoteUnavailable, OSError) as exc:
+        except ZygoteUnavailable as exc:
             self.log.warning("The zygote failed (%s): kernel started with Popen instead", exc)
-            return await super().launch_kernel(cmd, **kwargs)
+            return await self._popen(cmd, **kwargs)
+        except OSError as exc:
+            if box is not None:  # it could not enter its sandbox: nor would a Popen one
+                raise ZygoteError(f"the kernel could not start in its sandbox: {exc}") from exc
+            self.log.warning("The zygote failed (%s): kernel started with Popen instead", exc)
+            return await self._popen(cmd, **kwargs)
         stat = _proc_stat(pid)
         self.forked = _ForkedKernel(pid, stat[1] if stat else None, zygote)
         self.pid = pid
         self.pgid = pid
         self.cwd = cwd or os.getcwd()
         return self.connection_info
+
+    def connection_info_file(self) -> str:
+        """The kernel's connection file (written by ``pre_launch``)."""
+        manager: Any = self.parent
+        return str(manager.connection_file)
+
+    async def _popen(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """Start ``cmd`` with ``Popen``, inside the box's sandbox when there is one."""
+        if self.box is not None:
+            cmd = self.box.command(cmd)
+        info: KernelConnectionInfo = await super().launch_kernel(cmd, **kwargs)
+        return info
 
     async def post_launch(self, **kwargs: Any) -> None:
         """Return once a forked kernel listens on all its TCP ports (<= ``LISTEN_WAIT_S``).
@@ -262,6 +307,9 @@ class ZygoteProvisioner(LocalProvisioner):
         """
         await super().post_launch(**kwargs)
         info = self.connection_info
+        if info.get("transport", "tcp") == "ipc":
+            await self._wait_for_sockets(info)
+            return
         if self.forked is None or info.get("transport", "tcp") != "tcp":
             return
         names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
@@ -281,6 +329,17 @@ class ZygoteProvisioner(LocalProvisioner):
                 self.forked.signal(signal.SIGKILL)
                 taken = ", ".join(map(str, sorted(owners[1])))
                 raise ZygoteError(f"the kernel's port {taken} was taken by another process")
+            await asyncio.sleep(0.005)
+
+    async def _wait_for_sockets(self, info: KernelConnectionInfo) -> None:
+        """IPC transport: return once the kernel's socket files exist (<= ``LISTEN_WAIT_S``)
+        or it has exited, so clients skip zmq's reconnect delay."""
+        names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+        paths = [f"{info.get('ip')}-{info.get(name)}" for name in names if info.get(name)]
+        deadline = time.monotonic() + LISTEN_WAIT_S
+        while time.monotonic() < deadline and await self.poll() is None:
+            if all(os.path.exists(path) for path in paths):
+                return
             await asyncio.sleep(0.005)
 
     async def poll(self) -> int | None:
@@ -325,17 +384,38 @@ class ZygoteKernelManager(AsyncKernelManager):
     ``kernel_manager_class`` to nbclient or ``papermill.execute_notebook``.
     """
 
-    def __init__(self, *, zygote: Zygote | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        zygote: Zygote | None = None,
+        box: KernelBox | None = None,
+        fork: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.zygote = zygote
+        self.box = box
+        self.fork = fork
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         spec = self.kernel_spec
+        custom = spec is not None and "kernel_provisioner" in spec.metadata
+        if custom and self.box is not None:
+            # Its own provisioner would start the kernel outside the sandbox.
+            raise ZygoteError(
+                f"kernelspec {self.kernel_name!r} names its own provisioner, which cannot "
+                "start a sandboxed kernel"
+            )
         # A kernelspec naming its own provisioner keeps it.
-        if self.provisioner is None and spec and "kernel_provisioner" not in spec.metadata:
+        if self.provisioner is None and spec and not custom:
             self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
             self.provisioner = ZygoteProvisioner(
-                kernel_id=self.kernel_id, kernel_spec=spec, parent=self, zygote=self.zygote
+                kernel_id=self.kernel_id,
+                kernel_spec=spec,
+                parent=self,
+                zygote=self.zygote,
+                box=self.box,
+                fork=self.fork,
             )
         return await super()._async_pre_start_kernel(**kw)
 

@@ -30,10 +30,11 @@ Design decisions:
   it starts a fresh one (the cold path). A kernel claimed while still starting skips
   the warm-up: the run will import what it needs anyway. Waiting is bounded by
   ``timeout``.
-- **Single-kernel pieces live in** :mod:`nbcast.executor.kernels.process`:
-  :func:`wait_until_connected`, readiness without jupyter_client's 0.2 s IOPub
-  wait, and :class:`KernelProcess`, which signals and reaps a kernel from any thread
-  without its event loop.
+- **Single-kernel pieces live in** :mod:`nbcast.executor.kernels.slot` (one kernel
+  brought up and down: its box, start, readiness, warm-up, shutdown) and
+  :mod:`nbcast.executor.kernels.process`: :func:`wait_until_connected`, readiness
+  without jupyter_client's 0.2 s IOPub wait, and :class:`KernelProcess`, which signals
+  and reaps a kernel from any thread without its event loop.
 - **Failures back off.** A kernel that fails to start or to warm up is discarded;
   background refills then back off exponentially (0.5 s doubling to 30 s) so a
   broken kernelspec does not spin. A run that had claimed a kernel whose warm-up
@@ -45,6 +46,12 @@ Design decisions:
   resort, at interpreter exit) kills every kernel the pool started, including ones
   still checked out; kernels also carry ``JPY_PARENT_PID`` so they exit if the worker
   dies.
+- **Sandboxed kernels are kept per kind.** ``acquire(sandbox=spec)`` hands out a kernel
+  that runs in a sandbox of that spec (:mod:`nbcast.executor.kernels.sandboxed`: its
+  run folder, bubblewrap sandbox and cgroup, made before the kernel starts and ended
+  with it). Since a sandbox belongs to one tenant before its run is known, the pool
+  keeps ready kernels per spec, sharing its ``size`` among the most recently used
+  ones (:mod:`nbcast.executor.kernels.demand`); a spec's first run gets a fresh kernel.
 
 POSIX only (process groups, signals).
 """
@@ -62,20 +69,21 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from jupyter_client.manager import AsyncKernelManager
 
+from nbcast.executor.kernels.demand import Demand
 from nbcast.executor.kernels.environment import kernel_environment
-from nbcast.executor.kernels.process import (
-    KernelProcess,
-    execute_silently,
-    wait_until_connected,
-    warmup_code,
-)
+from nbcast.executor.kernels.process import KernelProcess, warmup_code
+from nbcast.executor.kernels.slot import Claim, Slot
+
+if TYPE_CHECKING:
+    from nbcast.executor.kernels.sandboxed import KernelBox
+    from nbcast.sandbox.policy import SandboxSpec
 
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_WARMUP_MODULES", "KernelPool", "PoolStats", "PooledKernel"]
 
@@ -92,9 +100,6 @@ DEFAULT_WARMUP_MODULES: tuple[str, ...] = (
     "nbcast.warehouse",
 )
 
-# ipykernel writes IPython history to ~/.ipython unless told otherwise; many
-# short-lived kernels would contend for that SQLite file (nbclient does the same).
-_IPYKERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 _MAX_BACKOFF_S = 30.0
 #: Kernel starts tried for a run (the first one and retries) before its acquire fails.
 _START_ATTEMPTS = 3
@@ -120,28 +125,6 @@ class PoolStats:
     served_waiting: int
 
 
-@dataclass(eq=False)
-class _Claim:
-    """A run waiting for a kernel that is still being prepared."""
-
-    future: asyncio.Future[_Slot]
-    abandoned: bool = False
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One kernel the pool started; lives on the pool's loop."""
-
-    km: AsyncKernelManager
-    kernel_name: str
-    claim: _Claim | None = None
-    stage: str = "starting"  # starting -> warming -> ready -> out; stopping
-    process: KernelProcess | None = None
-    task: asyncio.Task[None] | None = None
-    stop_task: asyncio.Task[None] | None = None
-    attempt: int = 1  # starts tried for the claim it serves
-
-
 class PooledKernel:
     """A started kernel handed out by :meth:`KernelPool.acquire`, good for exactly one run.
 
@@ -150,7 +133,7 @@ class PooledKernel:
     :meth:`kill` stops it at once. Both are idempotent and safe after the pool closed.
     """
 
-    def __init__(self, pool: KernelPool, slot: _Slot, *, warm: bool, wait_s: float) -> None:
+    def __init__(self, pool: KernelPool, slot: Slot, *, warm: bool, wait_s: float) -> None:
         self._pool = pool
         self._slot = slot
         self._used = False
@@ -178,6 +161,11 @@ class PooledKernel:
     def pid(self) -> int | None:
         """The kernel's process id, if local."""
         return self._slot.process.pid if self._slot.process is not None else None
+
+    @property
+    def box(self) -> KernelBox | None:
+        """The kernel's sandbox, run folder and cgroup (None: not sandboxed)."""
+        return self._slot.box
 
     def start_run(self) -> None:
         """Mark the kernel as used by a run; a second run is refused (``RuntimeError``)."""
@@ -230,14 +218,20 @@ class KernelPool:
         *,
         start_timeout: float = 60.0,
         forked: bool | None = None,
+        profiles: Sequence[SandboxSpec | None] | None = None,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
         self._size = size
+        # Kinds of kernel kept ready (module docstring): by default the unsandboxed kind.
+        self._demand: Demand[SandboxSpec | None] = Demand(
+            size, [None] if profiles is None else profiles
+        )
         # Kernels forked from a pre-imported zygote (nbcast.executor.kernels.forked) start
         # in a tenth of the CPU; default on Linux, off with NBCAST_FORKED_KERNELS=0.
         if forked is None:
             forked = sys.platform == "linux" and os.environ.get("NBCAST_FORKED_KERNELS", "1") != "0"
+        self._forked = forked
         self._manager_class: type[AsyncKernelManager] = AsyncKernelManager
         if forked:
             from nbcast.executor.kernels.forked import ZygoteKernelManager
@@ -250,9 +244,9 @@ class KernelPool:
         self._start_timeout = start_timeout
 
         # Loop-owned state: touched only on the pool's loop.
-        self._slots: set[_Slot] = set()
-        self._ready: deque[_Slot] = deque()
-        self._preparing: list[_Slot] = []
+        self._slots: set[Slot] = set()
+        self._ready: dict[SandboxSpec | None, deque[Slot]] = {}
+        self._preparing: list[Slot] = []
         self._failures = 0
         self._backoff: asyncio.TimerHandle | None = None
         self._closed = False
@@ -288,18 +282,23 @@ class KernelPool:
         return self._closing
 
     def acquire(
-        self, timeout: float | None = 60.0, *, kernel_name: str | None = None
+        self,
+        timeout: float | None = 60.0,
+        *,
+        kernel_name: str | None = None,
+        sandbox: SandboxSpec | None = None,
     ) -> PooledKernel:
         """Hand out one started kernel for exactly one run.
 
         A ready (warm) kernel is returned at once. Otherwise the kernel furthest along
         in being prepared is claimed, or a fresh one started; ``timeout`` bounds that
         wait (``TimeoutError``). A ``kernel_name`` other than the pool's always gets a
-        fresh kernel of that kernelspec, without warm-up.
+        fresh kernel of that kernelspec, without warm-up. With ``sandbox`` the kernel
+        runs in a sandbox of that spec (module docstring), never outside one.
         """
         name = kernel_name or self._kernel_name
         began = time.monotonic()
-        slot, warm = self._call(self._acquire(name, timeout), timeout=None)
+        slot, warm = self._call(self._acquire(name, timeout, sandbox), timeout=None)
         wait_s = 0.0 if warm else time.monotonic() - began
         return PooledKernel(self, slot, warm=warm, wait_s=wait_s)
 
@@ -366,7 +365,7 @@ class KernelPool:
                 raise TimeoutError(f"the kernel pool did not answer within {timeout}s")
         return future.result()
 
-    def _stop_threadsafe(self, slot: _Slot, *, now: bool, wait: bool) -> None:
+    def _stop_threadsafe(self, slot: Slot, *, now: bool, wait: bool) -> None:
         coro = self._stop(slot, now=now)
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -382,15 +381,17 @@ class KernelPool:
         self._changed = asyncio.Condition()
         self._refill()
 
-    def _start_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if self._cwd is not None:
-            kwargs["cwd"] = self._cwd
-        kwargs["env"] = dict(self._env) if self._env is not None else kernel_environment()
-        return kwargs
-
-    def _spawn(self, kernel_name: str, claim: _Claim | None, *, attempt: int = 1) -> _Slot:
-        slot = _Slot(km=self._manager_class(kernel_name=kernel_name), kernel_name=kernel_name)
+    def _spawn(
+        self,
+        kernel_name: str,
+        claim: Claim | None,
+        profile: SandboxSpec | None,
+        *,
+        attempt: int = 1,
+    ) -> Slot:
+        slot = Slot.create(
+            kernel_name, profile, manager_class=self._manager_class, fork=self._forked
+        )
         slot.claim = claim
         slot.attempt = attempt
         self._slots.add(slot)
@@ -398,35 +399,42 @@ class KernelPool:
         slot.task = asyncio.get_running_loop().create_task(self._prepare(slot))
         return slot
 
+    def _unclaimed(self, profile: SandboxSpec | None) -> int:
+        ready = len(self._ready.get(profile, ()))
+        preparing = sum(
+            1
+            for s in self._preparing
+            if s.claim is None and s.profile == profile and s.kernel_name == self._kernel_name
+        )
+        return ready + preparing
+
     def _refill(self) -> None:
+        """Start and stop ready kernels to follow the demand (module docstring)."""
         if self._closed or self._backoff is not None:
             return
-        unclaimed = len(self._ready) + sum(1 for s in self._preparing if s.claim is None)
-        for _ in range(self._size - unclaimed):
-            self._spawn(self._kernel_name, None)
+        for profile, ready in list(self._ready.items()):
+            surplus = len(ready) - self._demand.wanted(profile)
+            for _ in range(max(0, surplus)):  # a kind used less recently gave way
+                slot = ready.popleft()
+                asyncio.get_running_loop().create_task(self._stop(slot, now=True))
+            if not ready:
+                del self._ready[profile]
+        for profile in self._demand.kinds():
+            for _ in range(self._demand.wanted(profile) - self._unclaimed(profile)):
+                self._spawn(self._kernel_name, None, profile)
 
     def _end_backoff(self) -> None:
         self._backoff = None
         self._refill()
 
-    async def _prepare(self, slot: _Slot) -> None:
-        started = False
+    async def _prepare(self, slot: Slot) -> None:
         try:
-            extra = list(_IPYKERNEL_ARGS) if slot.km.ipykernel else []
-            await slot.km.start_kernel(extra_arguments=extra, **self._start_kwargs())
-            slot.process = KernelProcess.of(slot.km)
-            client = slot.km.client()
-            client.start_channels()
-            try:
-                await wait_until_connected(client, self._start_timeout)
-                started = True
-                if slot.claim is None and self._warmup and slot.kernel_name == self._kernel_name:
-                    slot.stage = "warming"
-                    await execute_silently(
-                        client, self._warmup, timeout=self._start_timeout, what="warm-up"
-                    )
-            finally:
-                client.stop_channels()
+            await slot.start(
+                env=dict(self._env) if self._env is not None else kernel_environment(),
+                cwd=self._cwd,
+                warmup=self._warmup if slot.kernel_name == self._kernel_name else "",
+                timeout=self._start_timeout,
+            )
         except Exception as exc:
             slot.task = None  # finishing: _stop must not cancel this very task
             self._preparing.remove(slot)
@@ -440,17 +448,17 @@ class KernelPool:
                 )
                 if not self._closed and self._backoff is None:
                     self._backoff = asyncio.get_running_loop().call_later(delay, self._end_backoff)
-            elif started and not claim.abandoned:
+            elif slot.started and not claim.abandoned:
                 # The warm-up failed after a run claimed this kernel: serve it a cold one.
                 log.warning("warm-up failed (%s); serving a fresh kernel instead", exc)
-                self._spawn(slot.kernel_name, claim)
+                self._spawn(slot.kernel_name, claim, slot.profile)
             elif claim.abandoned or claim.future.done():
                 pass
             elif slot.attempt < _START_ATTEMPTS and not self._closed:
                 # A start can fail by chance (a port taken between jupyter_client's probe
                 # and the kernel's bind): the run gets another kernel, not the failure.
                 log.warning("kernel failed to start (%s); starting another", exc)
-                self._spawn(slot.kernel_name, claim, attempt=slot.attempt + 1)
+                self._spawn(slot.kernel_name, claim, slot.profile, attempt=slot.attempt + 1)
             else:
                 claim.future.set_exception(exc)
             return
@@ -460,7 +468,7 @@ class KernelPool:
         claim = slot.claim
         if claim is None:
             slot.stage = "ready"
-            self._ready.append(slot)
+            self._ready.setdefault(slot.profile, deque()).append(slot)
             await self._notify()
         elif claim.abandoned or claim.future.done():
             await self._stop(slot, now=True)
@@ -468,25 +476,36 @@ class KernelPool:
             slot.stage = "out"
             claim.future.set_result(slot)
 
-    async def _acquire(self, kernel_name: str, timeout: float | None) -> tuple[_Slot, bool]:
+    async def _acquire(
+        self, kernel_name: str, timeout: float | None, profile: SandboxSpec | None
+    ) -> tuple[Slot, bool]:
         if self._closed:
             raise RuntimeError("kernel pool is closed")
         pooled = kernel_name == self._kernel_name
-        if pooled and self._ready:
-            slot = self._ready.popleft()
+        if pooled:
+            self._demand.used(profile)
+        ready = self._ready.get(profile)
+        if pooled and ready:
+            slot = ready.popleft()
+            if not ready:
+                del self._ready[profile]
             slot.stage = "out"
             self._served_warm += 1
             self._refill()
             return slot, True
         self._served_waiting += 1
-        claim = _Claim(asyncio.get_running_loop().create_future())
-        unclaimed = [s for s in self._preparing if s.claim is None] if pooled else []
+        claim = Claim(asyncio.get_running_loop().create_future())
+        unclaimed = (
+            [s for s in self._preparing if s.claim is None and s.profile == profile]
+            if pooled
+            else []
+        )
         warming = [s for s in unclaimed if s.stage == "warming"]
         candidates = warming or unclaimed
         if candidates:
             candidates[0].claim = claim
         else:
-            self._spawn(kernel_name, claim)
+            self._spawn(kernel_name, claim, profile)
         self._refill()
         try:
             slot = await asyncio.wait_for(asyncio.shield(claim.future), timeout)
@@ -498,35 +517,28 @@ class KernelPool:
             raise TimeoutError(f"no {kernel_name} kernel was ready within {timeout}s") from None
         return slot, False
 
-    async def _stop(self, slot: _Slot, *, now: bool) -> None:
+    async def _stop(self, slot: Slot, *, now: bool) -> None:
         if slot.stop_task is None:
             slot.stop_task = asyncio.get_running_loop().create_task(self._shutdown(slot, now=now))
         await asyncio.shield(slot.stop_task)
 
-    async def _shutdown(self, slot: _Slot, *, now: bool) -> None:
+    async def _shutdown(self, slot: Slot, *, now: bool) -> None:
         slot.stage = "stopping"
         task = slot.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        km = slot.km
         try:
-            if km.has_kernel and await km.is_alive():
-                await asyncio.wait_for(km.shutdown_kernel(now=now), self._start_timeout)
-        except Exception as exc:
-            log.warning("shutting down kernel failed: %s", exc)
+            await slot.stop(now=now, timeout=self._start_timeout)
         finally:
-            with contextlib.suppress(Exception):
-                await km.cleanup_resources()
-            # Backstop; KernelProcess.of covers a start cancelled before it was recorded.
-            process = slot.process or KernelProcess.of(km)
-            if process is not None:
-                process.kill()
             self._slots.discard(slot)
             if slot in self._preparing:
                 self._preparing.remove(slot)
-            if slot in self._ready:
-                self._ready.remove(slot)
+            ready = self._ready.get(slot.profile)
+            if ready is not None and slot in ready:
+                ready.remove(slot)
+                if not ready:
+                    del self._ready[slot.profile]
             await self._notify()
 
     async def _notify(self) -> None:
@@ -537,15 +549,18 @@ class KernelPool:
     async def _wait_ready(self) -> None:
         assert self._changed is not None
         async with self._changed:
-            await self._changed.wait_for(lambda: self._closed or len(self._ready) >= self._size)
+            await self._changed.wait_for(lambda: self._closed or self._ready_count() >= self._size)
         if self._closed:
             raise RuntimeError("kernel pool is closed")
+
+    def _ready_count(self) -> int:
+        return sum(len(ready) for ready in self._ready.values())
 
     async def _stats(self) -> PoolStats:
         in_use = sum(1 for s in self._slots if s.stage == "out")
         return PoolStats(
             size=self._size,
-            ready=len(self._ready),
+            ready=self._ready_count(),
             preparing=len(self._preparing),
             in_use=in_use,
             served_warm=self._served_warm,

@@ -196,22 +196,26 @@ class Zygote:
         argv_extra: Sequence[str] = (),
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        sandbox: Mapping[str, Any] | None = None,
     ) -> int:
         """Fork a kernel for ``connection_file``; return its pid.
 
         ``argv_extra`` are further ``IPKernelApp`` arguments; ``env`` replaces the
         kernel's environment (default: ours), without nbcast's secrets either way;
-        ``cwd`` defaults to ours.
+        ``cwd`` defaults to ours. ``sandbox`` is the plan of the sandbox the kernel
+        enters before anything else (:meth:`nbcast.sandbox.launcher.Sandbox.plan`);
+        the pid is then the kernel's, which the zygote does not reap (its sandbox does).
         """
-        reply = self._request(
-            {
-                "op": "spawn",
-                "connection_file": os.path.abspath(connection_file),
-                "argv_extra": list(argv_extra),
-                "cwd": os.path.abspath(cwd or os.getcwd()),
-                "env": kernel_environment(env),
-            }
-        )
+        request: dict[str, Any] = {
+            "op": "spawn",
+            "connection_file": os.path.abspath(connection_file),
+            "argv_extra": list(argv_extra),
+            "cwd": os.path.abspath(cwd or os.getcwd()),
+            "env": kernel_environment(env),
+        }
+        if sandbox is not None:
+            request["sandbox"] = dict(sandbox)
+        reply = self._request(request)
         return int(reply["pid"])
 
     def exit_code(self, pid: int) -> int | None:

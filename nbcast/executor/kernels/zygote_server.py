@@ -39,6 +39,12 @@ Design decisions:
   even by ``SIGKILL``. ``JPY_PARENT_PID`` says the worker's pid. The zygote still
   kills its kernels on ``shutdown``, end-of-file (its client went away) or a new
   parent pid (its client died); the client starts a new zygote for later kernels.
+- **Sandboxed kernels** (a ``spawn`` with a ``sandbox`` plan): the forked child enters
+  the sandbox (:mod:`nbcast.sandbox.enter`), which forks once more — the kernel must be
+  a child of a process that joined the sandbox's PID namespace — reports the kernel's
+  pid and exits. The zygote is a *child subreaper*, so the kernel, orphaned at once, is
+  adopted and reaped by the zygote, exit code and all, like any other kernel (the
+  machine's init would have adopted it otherwise, and reaped it whenever it got to it).
 - **Import-time state a kernel would have computed differently is redone in the
   child:** matplotlib's ``backend`` from ``MPLBACKEND`` (ipykernel's inline default);
   ``matplotlib_inline.backend_inline`` is re-imported by pyplot so it hooks into the
@@ -67,6 +73,8 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from nbcast.sandbox.enter import enter as enter_sandbox
 
 __all__ = ["EXIT_GRACE_S", "INLINE_BACKEND"]
 
@@ -122,8 +130,14 @@ class _Worker:
         """Whether it is still running (checked through /proc)."""
         return self.start_time is not None and _start_time(self.pid) == self.start_time
 
-    def watch(self) -> None:
-        """In a kernel: end this process as soon as the worker is gone."""
+    def watch(self, *, sandboxed: bool = False) -> None:
+        """In a kernel: end this process as soon as the worker is gone.
+
+        A sandboxed kernel's ``/proc`` shows nothing outside its sandbox: without a
+        pidfd it relies on its sandbox, which ends when the worker does.
+        """
+        if sandboxed and self.pidfd is None:
+            return
 
         def wait_for_exit() -> None:
             if self.pidfd is not None:
@@ -139,14 +153,14 @@ class _Worker:
         threading.Thread(target=wait_for_exit, name="nbcast-worker-watch", daemon=True).start()
 
 
-def _run_kernel(worker: _Worker, argv: list[str]) -> int:
+def _run_kernel(worker: _Worker, argv: list[str], *, sandboxed: bool = False) -> int:
     """Run an IPython kernel as ``python -m ipykernel_launcher`` would; return its code."""
     code = 0
     try:
         _prepare_child_runtime()
         from ipykernel.kernelapp import IPKernelApp
 
-        worker.watch()
+        worker.watch(sandboxed=sandboxed)
         # 1: no parent poller (see the module docstring).
         app: Any = IPKernelApp.instance(parent_handle=1)
         app.initialize(argv)
@@ -178,8 +192,11 @@ class _Server:
         self.sock, self.worker, self.env_set = sock, worker, env_set
         self.parent_pid = worker.pid
         self.children: set[int] = set()
+        #: sandboxed kernels: not our children (their sandbox's init adopted them)
+        self.adopted: set[int] = set()
         self.exit_codes: dict[int, int] = {}
         self.stopping = False
+        self.sandboxed = False  # set in a child that entered a sandbox
         self.orphaning = False  # SIGTERM/SIGINT: exit, leaving the kernels running
         self.buffer = b""
         spec = importlib.util.find_spec("ipykernel_launcher")
@@ -232,6 +249,10 @@ class _Server:
 
     def kill_children(self) -> None:
         """SIGKILL every live kernel's process group and reap it (waiting <= 10 s)."""
+        for pid in self.adopted:  # whose sandboxes the worker ends anyway
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.adopted.clear()
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
@@ -264,10 +285,13 @@ class _Server:
         status_r, status_w = os.pipe()
         blocked = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        plan = request.get("sandbox")
         pid = os.fork()
-        if pid == 0:  # the kernel; never returns
+        if pid == 0:  # the kernel (or, sandboxed, the process that enters); never returns
             try:
                 os.close(status_r)
+                if plan:
+                    self._enter(status_w, plan, argv, str(request["cwd"]), env)
                 self._child(status_w, argv, str(request["cwd"]), env)
             finally:
                 os._exit(127)
@@ -275,10 +299,39 @@ class _Server:
         os.close(status_w)
         self.children.add(pid)
         with os.fdopen(status_r, "rb") as status:
-            error = status.read().decode(errors="replace")
+            said = status.read().decode(errors="replace")
+        if not plan:
+            if said:
+                raise OSError(said)
+            return pid
+        # Sandboxed: the entering process says "P<kernel pid>;", the kernel its error.
+        head, _, error = said.partition(";")
+        if not head.startswith("P") or not head[1:].isdigit():
+            raise OSError(said or "the kernel did not enter its sandbox")
+        kernel = int(head[1:])
         if error:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(kernel, signal.SIGKILL)
             raise OSError(error)
-        return pid
+        self.adopted.add(kernel)
+        if len(self.adopted) > _KEEP_EXIT_CODES:  # those long gone: their sandboxes ended
+            self.adopted = {p for p in self.adopted if os.path.exists(f"/proc/{p}")}
+        return kernel
+
+    def _enter(
+        self, status_w: int, plan: Mapping[str, Any], argv: list[str], cwd: str, env: dict[str, str]
+    ) -> None:
+        """In the forked child: enter the sandbox (:mod:`nbcast.sandbox.enter`). The child
+        inside it returns, to become the kernel; this process reports its pid and exits."""
+        try:
+            kernel = enter_sandbox(plan)
+        except BaseException as exc:
+            os.write(status_w, f";{type(exc).__name__}: {exc}".encode())
+            os._exit(127)
+        if kernel:
+            os.write(status_w, f"P{kernel};".encode())
+            os._exit(0)
+        self.sandboxed = True
 
     def _child(self, status_w: int, argv: list[str], cwd: str, env: dict[str, str]) -> None:
         """Turn the forked child into a kernel process (runs in the child only)."""
@@ -308,7 +361,18 @@ class _Server:
             os.write(status_w, f"{type(exc).__name__}: {exc}".encode())
             os._exit(127)
         os.close(status_w)
-        os._exit(_run_kernel(self.worker, argv))
+        os._exit(_run_kernel(self.worker, argv, sandboxed=self.sandboxed))
+
+
+def _become_subreaper() -> None:
+    """Adopt orphaned descendants: a sandboxed kernel, whose parent (the process that
+    entered its sandbox) exits at once, is reaped here, with its exit code, rather than
+    by the machine's init, which may take seconds (module docstring)."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
 
 def _server_main(argv: Sequence[str]) -> int:
@@ -329,6 +393,7 @@ def _server_main(argv: Sequence[str]) -> int:
     env_set = {k: v for k, v in os.environ.items() if environ.get(k) != v}
     gc.collect()
     gc.freeze()
+    _become_subreaper()
     server = _Server(sock, _Worker(int(config["parent"])), env_set)
     threads = len(os.listdir("/proc/self/task"))
     server.send({"ok": True, "loaded": loaded, "failed": failed, "env_set": env_set,

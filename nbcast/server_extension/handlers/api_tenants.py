@@ -23,6 +23,7 @@ from nbcast.governance.tenants import (
     NULLABLE_QUOTAS,
     QUOTA_BOUNDS,
     QUOTA_FIELDS,
+    QUOTA_MINIMUMS,
     TenantRecord,
     change_quota,
     list_tenants,
@@ -40,9 +41,12 @@ def _quota_schema(field: str, nullable: bool) -> dict[str, Any]:
     kind = "integer" if QUOTA_FIELDS[field] is int else "number"
     out: dict[str, Any] = {
         "type": [kind, "null"] if nullable else kind,
-        "exclusiveMinimum": 0,
         "maximum": QUOTA_BOUNDS[field],
     }
+    if field in QUOTA_MINIMUMS:
+        out["minimum"] = QUOTA_MINIMUMS[field]
+    else:
+        out["exclusiveMinimum"] = 0
     return out
 
 
