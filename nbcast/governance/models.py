@@ -12,6 +12,7 @@ from nbcast.db import Base, JSONType, utcnow
 from nbcast.executor.models import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
+    "AuditCheckpoint",
     "AuditEntry",
     "AuditHead",
     "CostDay",
@@ -51,6 +52,9 @@ class Tenant(Base):
     """What the tenant's kernels reach: ``host`` or ``none`` (:mod:`nbcast.sandbox.policy`)."""
     warehouse: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The warehouse connections the tenant's runs may use (None: the embedded lake)."""
+    quota_ceilings: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """The most a tenant admin may set each quota to, set by operators
+    (:mod:`nbcast.governance.ceilings`); None: the tenant's quotas when it was made."""
     # Budgets per UTC day (None: none) — nbcast.governance.budgets.
     budget_warehouse_bytes_per_day: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
     budget_cpu_s_per_day: Mapped[float | None] = mapped_column(default=None)
@@ -111,6 +115,26 @@ class AuditEntry(Base):
     """The canonical JSON text that was hashed (kept as text, so it is what was hashed)."""
     prev_hash: Mapped[str] = mapped_column(sa.String(64))
     hash: Mapped[str] = mapped_column(sa.String(64))
+
+
+class AuditCheckpoint(Base):
+    """A tenant's audit head at a moment, signed with a key the database does not hold
+    (:mod:`nbcast.governance.checkpoints`). Append-only, as ``audit_log``."""
+
+    __tablename__ = "audit_checkpoints"
+    __table_args__ = (
+        sa.Index("ix_audit_checkpoints_tenant_seq", "tenant_id", "seq"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
+    seq: Mapped[int] = mapped_column(sa.BigInteger)
+    head: Mapped[str] = mapped_column(sa.String(64))
+    made_at: Mapped[datetime]
+    made_by: Mapped[str] = mapped_column(sa.String(128))
+    key_id: Mapped[str] = mapped_column(sa.String(64))
+    signature: Mapped[str] = mapped_column(sa.String(128))
 
 
 class AuditHead(Base):
