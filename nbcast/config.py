@@ -55,6 +55,9 @@ class Settings:
     tenant: str = DEFAULT_TENANT
     user: str = "nbcast"
     artifacts: str | None = None
+    database_owner_url: str | None = None
+    """``NBCAST_DATABASE_OWNER_URL``: the role that migrates (:mod:`nbcast.db_roles`);
+    None: the database URL's role migrates."""
     """``NBCAST_ARTIFACTS``: the artifact store's folder or URL (None: the default)."""
 
     @property
@@ -146,7 +149,17 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     artifacts = env.get("NBCAST_ARTIFACTS", "").strip() or None
     if artifacts is not None and "\x00" in artifacts:
         raise ConfigError("NBCAST_ARTIFACTS: contains a NUL character")
-    return Settings(home=home, database_url=url, tenant=tenant, user=user, artifacts=artifacts)
+    owner = (credential("NBCAST_DATABASE_OWNER_URL", env) or "").strip() or None
+    if owner is not None:
+        check_database_url(owner)
+    return Settings(
+        home=home,
+        database_url=url,
+        tenant=tenant,
+        user=user,
+        artifacts=artifacts,
+        database_owner_url=owner,
+    )
 
 
 def prepare_home(home: Path) -> Path:

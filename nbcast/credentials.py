@@ -30,7 +30,13 @@ from collections.abc import Mapping
 
 from nbcast.errors import ConfigError
 
-__all__ = ["MAX_SECRET_FILE_BYTES", "SECRET_VARIABLES", "credential", "protect_process"]
+__all__ = [
+    "MAX_SECRET_FILE_BYTES",
+    "SECRET_VARIABLES",
+    "credential",
+    "protect_process",
+    "read_secret_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,7 @@ SECRET_VARIABLES = (
     "NBCAST_WEBHOOK_SECRET",
     "NBCAST_SIGNING_KEYS",
     "NBCAST_WAREHOUSE_ADMIN_URL",
+    "NBCAST_AUDIT_KEY",
 )
 """The variables that may come from ``<NAME>_FILE`` instead (module docstring)."""
 
@@ -49,9 +56,9 @@ MAX_SECRET_FILE_BYTES = 64 * 1024
 _PR_SET_DUMPABLE = 4
 
 
-def _read_secret_file(variable: str, path: str) -> str:
-    """The secret in ``path`` (named by ``variable``), checked as the module docstring
-    says."""
+def read_secret_file(variable: str, path: str) -> str:
+    """The secret in ``path`` (``variable`` names it in messages), checked as the module
+    docstring says."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -89,7 +96,7 @@ def credential(name: str, environ: Mapping[str, str] | None = None) -> str | Non
         raise ConfigError(f"{name} and {name}_FILE are both set; give one")
     if path is None:
         return direct
-    return _read_secret_file(f"{name}_FILE", path) or None
+    return read_secret_file(f"{name}_FILE", path) or None
 
 
 def protect_process() -> bool:

@@ -154,8 +154,17 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True, **engine_kwargs: Any) -> Database:
-        """Connect to ``url`` and, unless ``upgrade`` is false, migrate it to head.
+    def open(
+        cls,
+        url: str,
+        *,
+        upgrade: bool = True,
+        owner_url: str | None = None,
+        **engine_kwargs: Any,
+    ) -> Database:
+        """Connect to ``url`` and, unless ``upgrade`` is false, migrate it to head —
+        as ``owner_url``'s role when given, granting ``url``'s role what it needs
+        (:mod:`nbcast.db_roles`).
 
         Refuses a database that is not nbcast's (module docstring).
         """
@@ -178,7 +187,7 @@ class Database:
                     current = db.current_revision()
                     db._check_ours(current)
                     if upgrade and current != db.head_revision():
-                        db._apply_migrations("head")
+                        db._migrate("head", owner_url)
         except StorageError:
             db.dispose()
             raise
@@ -271,10 +280,40 @@ class Database:
                 return None
             return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
-    def upgrade(self, revision: str = "head") -> None:
-        """Apply migrations up to ``revision``, once even under concurrent callers."""
+    def upgrade(self, revision: str = "head", *, owner_url: str | None = None) -> None:
+        """Apply migrations up to ``revision``, once even under concurrent callers (as
+        ``owner_url``'s role when given: :meth:`open`)."""
         with self._migration_lock():
-            self._apply_migrations(revision)
+            self._migrate(revision, owner_url)
+
+    def _migrate(self, revision: str, owner_url: str | None) -> None:
+        """Migrate as this database's role, or as the owner's and grant this one's."""
+        from nbcast.db_roles import application_role, grant_application_role
+
+        role = application_role(self.url)
+        if owner_url is None or owner_url == self.url or self.dialect != "postgresql":
+            try:
+                self._apply_migrations(revision)
+            except StorageError as exc:
+                if "permission denied" in str(exc) or "must be owner" in str(exc):
+                    raise StorageError(
+                        f"{exc}; migrations run as the schema's owner: run `nbcast db upgrade` "
+                        "with NBCAST_DATABASE_OWNER_URL set to its URL"
+                    ) from None
+                raise
+            return
+        owner = Database(owner_url)
+        try:
+            owner._apply_migrations(revision)
+            if role is not None and role != application_role(owner_url):
+                with owner.engine.begin() as conn:
+                    grant_application_role(conn, role)
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise StorageError(
+                f"cannot grant the application role on {owner.safe_url}: {error_reason(exc)}"
+            ) from None
+        finally:
+            owner.dispose()
 
     def _apply_migrations(self, revision: str) -> None:
         """Apply migrations up to ``revision`` (the caller holds the migration lock)."""

@@ -43,12 +43,16 @@ class AppContext:
 
     @property
     def caller(self) -> Caller:
-        """Who the command acts for: ``NBCAST_USER`` in the tenant named (or default);
-        what they may do there is the command layer's to check
-        (:mod:`nbcast.governance.roles`)."""
-        from nbcast.access import Caller
+        """Who the command acts for: the OS user ``NBCAST_USER`` in the tenant named (or
+        default) — an OS identity, never a jupyter-server user's (``NBCAST_USER`` that
+        begins ``jupyter:`` is refused: :mod:`nbcast.access`); what they may do there
+        is the command layer's to check (:mod:`nbcast.governance.roles`)."""
+        from nbcast.access import Caller, Source
 
-        return Caller(tenant=self.settings.tenant, user=self.settings.user)
+        try:
+            return Caller.of(tenant=self.settings.tenant, name=self.settings.user, source=Source.os)
+        except ConfigError as exc:
+            raise ConfigError(f"NBCAST_USER: {exc}") from None
 
     @property
     def clock(self) -> Clock:
@@ -67,7 +71,9 @@ class AppContext:
             from nbcast.db import Database
 
             prepare_home(self.settings.home)
-            self._db = Database.open(self.settings.database_url)
+            self._db = Database.open(
+                self.settings.database_url, owner_url=self.settings.database_owner_url
+            )
         return self._db
 
 

@@ -89,6 +89,40 @@ def tenants_set_quota(app: AppContext, /, name: str, **quota: Any) -> None:
     click.echo(f"tenant {name}: " + ", ".join(f"{k}={v}" for k, v in _given(quota).items()))
 
 
+@tenants.command("set-ceiling")
+@click.argument("name")
+@_quota_options
+@click.option(
+    "--no-budget-ceiling",
+    "unlimited",
+    multiple=True,
+    type=click.Choice(["bytes", "cpu-seconds"]),
+    help="Let the tenant's admins remove that budget (repeatable).",
+)
+@pass_app
+def tenants_set_ceiling(
+    app: AppContext, /, name: str, unlimited: tuple[str, ...], **quota: Any
+) -> None:
+    """Set the ceilings tenant NAME's admins may set its quotas up to (operators).
+
+    A quota above its new ceiling comes down to it at once. A budget with a ceiling
+    cannot be removed by the tenant's admins.
+    """
+    from nbcast.governance.tenants import set_ceilings
+
+    values = _given(quota)
+    fields = {"bytes": "budget_warehouse_bytes_per_day", "cpu-seconds": "budget_cpu_s_per_day"}
+    values.update({fields[kind]: None for kind in unlimited})
+    record = set_ceilings(app.db, app.clock, app.caller, name, **values)
+    click.echo(
+        f"tenant {name} ceilings: "
+        + ", ".join(
+            f"{k}={record.ceilings[k] if record.ceilings[k] is not None else 'none'}"
+            for k in values
+        )
+    )
+
+
 @tenants.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app

@@ -84,6 +84,8 @@ class Action(StrEnum):
     deliveries_retried = "deliveries.retried"
     tenant_created = "tenant.created"
     quota_changed = "quota.changed"
+    ceilings_changed = "ceilings.changed"
+    """An operator set a tenant's quota ceilings (``details``: from, to, quotas_lowered)."""
     budget_changed = "budget.changed"
     retention_changed = "retention.changed"
     user_added = "user.added"
@@ -362,11 +364,11 @@ def _rows(
         after = batch[-1].seq
 
 
-def chain_rows(session: Session, tenant_id: int) -> Iterator[tuple[Any, ...]]:
+def chain_rows(session: Session, tenant_id: int, after: int = 0) -> Iterator[tuple[Any, ...]]:
     """``(seq, instant text, actor, action, object, details, prev_hash, hash)`` of a
-    tenant's entries in ``seq`` order, the instant formatted by the database as the
-    canonical encoding writes it, in keyset batches of plain tuples (no per-row type
-    conversion: verifying reads a million of them in seconds)."""
+    tenant's entries after ``seq`` ``after`` in ``seq`` order, the instant formatted by
+    the database as the canonical encoding writes it, in keyset batches of plain tuples
+    (no per-row type conversion: verifying reads a million of them in seconds)."""
     dialect = session.get_bind().dialect.name
     instant = (
         "to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
@@ -379,7 +381,6 @@ def chain_rows(session: Session, tenant_id: int) -> Iterator[tuple[Any, ...]]:
         f"FROM audit_log WHERE tenant_id = {marker} AND seq > {marker} ORDER BY seq "
         f"LIMIT {_BATCH}"
     )
-    after = 0
     # The driver's own cursor: rows as plain tuples, no per-row objects on the way.
     cursor = session.connection().connection.cursor()
     try:
@@ -394,12 +395,18 @@ def chain_rows(session: Session, tenant_id: int) -> Iterator[tuple[Any, ...]]:
         cursor.close()
 
 
-def verify_tenant(session: Session, tenant_id: int, tenant: str) -> tuple[int, Break | None]:
-    """How many entries of the tenant hold, and the first break (None: all hold)."""
-    expected, prev, checked = 1, GENESIS, 0
+def verify_tenant(
+    session: Session, tenant_id: int, tenant: str, after: tuple[int, str] | None = None
+) -> tuple[int, Break | None]:
+    """How many entries of the tenant hold, and the first break (None: all hold).
+
+    ``after`` = ``(seq, hash)`` of an entry known to hold (a checkpoint's): only the
+    entries after it are checked, chained from that hash."""
+    start, prev = after if after is not None else (0, GENESIS)
+    expected, checked = start + 1, 0
     sha256, encode = hashlib.sha256, _encode
     for seq, instant, actor, action, obj, details, prev_hash, digest in chain_rows(
-        session, tenant_id
+        session, tenant_id, start
     ):
         if seq != expected:
             problem = (

@@ -9,33 +9,68 @@ The log itself â€” entries, the chain, :func:`~nbcast.governance.audit.verify` â
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
+from nbcast.clock import Clock
+from nbcast.db import Database
 from nbcast.governance.audit import AuditRecord, Break, entries, verify
+from nbcast.governance.checkpoints import AuditKey, Checkpoint, check_anchors, make_checkpoints
 from nbcast.governance.models import AuditEntry, Tenant
 from nbcast.governance.roles import Role, require, require_operator
 
-__all__ = ["export_log", "trail", "verify_log"]
+__all__ = ["checkpoint_log", "export_log", "trail", "verify_log"]
+
+
+def _tenants(
+    session: Session, caller: Caller, now: datetime, every_tenant: bool, doing: str
+) -> dict[int, str]:
+    """The caller's tenant (its admins), or every tenant (operators, ``every_tenant``)."""
+    if every_tenant:
+        require_operator(session, caller, f"{doing} every tenant's audit log", now)
+        return dict(session.execute(sa.select(Tenant.id, Tenant.name)).tuples().all())
+    tenant = require(session, caller, Role.admin, f"{doing} the audit log", now).tenant
+    return {tenant.id: tenant.name}
 
 
 def verify_log(
-    session: Session, caller: Caller, now: datetime, *, every_tenant: bool = False
+    session: Session,
+    caller: Caller,
+    now: datetime,
+    *,
+    every_tenant: bool = False,
+    key: AuditKey | None = None,
+    exported: Mapping[int, Checkpoint] | None = None,
 ) -> tuple[int, int, Break | None]:
     """Verify the caller's tenant's chain (its admins), or every tenant's (operators,
-    ``every_tenant``): how many tenants and entries were checked, and the first break."""
-    if every_tenant:
-        require_operator(session, caller, "verifying every tenant's audit log", now)
-        tenants = dict(session.execute(sa.select(Tenant.id, Tenant.name)).tuples().all())
-    else:
-        tenant = require(session, caller, Role.admin, "verifying the audit log", now).tenant
-        tenants = {tenant.id: tenant.name}
+    ``every_tenant``), and then each against its newest checkpoint in the database and
+    in ``exported`` (checked with ``key``: :mod:`nbcast.governance.checkpoints`): how
+    many tenants and entries were checked, and the first break."""
+    tenants = _tenants(session, caller, now, every_tenant, "verifying")
     checked, broken = verify(session, tenants)
+    if broken is None:
+        broken = check_anchors(session, tenants, key, exported or {})
     return len(tenants), checked, broken
+
+
+def checkpoint_log(
+    db: Database,
+    clock: Clock,
+    caller: Caller,
+    key: AuditKey,
+    *,
+    every_tenant: bool = False,
+) -> tuple[list[Checkpoint], list[str]]:
+    """Checkpoint the caller's tenant's chain now (its admins), or every tenant's
+    (operators): the checkpoints made (a tenant whose head has not moved gets none) and
+    the tenants whose chain did not hold, so nothing was signed for them."""
+    with db.session() as session:
+        tenants = _tenants(session, caller, clock.now(), every_tenant, "checkpointing")
+    return make_checkpoints(db, clock, key, made_by=caller.user, tenant_ids=tenants)
 
 
 def export_log(

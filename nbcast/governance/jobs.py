@@ -17,18 +17,24 @@ unrecorded); it never stops the scheduler's own work, which runs first.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
 from nbcast.governance.models import GovernanceJob
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from nbcast.governance.checkpoints import AuditKey
 
 __all__ = [
     "DAILY_LEASE",
@@ -50,11 +56,36 @@ Job = Callable[[Database, Clock], dict[str, Any]]
 """A job: does its work, returns a small JSON-able summary."""
 
 
-def frequent_checks() -> dict[str, Job]:
-    """The frequent checks, by name."""
+def frequent_checks(
+    audit_key: AuditKey | None = None, checkpoint_export: Path | None = None
+) -> dict[str, Job]:
+    """The frequent checks, by name: the SLA monitor, and with an ``audit_key`` the
+    audit checkpoints (each tenant at most every
+    :data:`~nbcast.governance.checkpoints.CHECKPOINT_EVERY`, appended to
+    ``checkpoint_export`` too when given)."""
     from nbcast.governance.sla import check_slas
 
-    return {"sla": check_slas}
+    checks: dict[str, Job] = {"sla": check_slas}
+    if audit_key is not None:
+        checks["checkpoints"] = functools.partial(
+            checkpoint_job, key=audit_key, export=checkpoint_export
+        )
+    return checks
+
+
+def checkpoint_job(
+    db: Database, clock: Clock, *, key: AuditKey, export: Path | None
+) -> dict[str, Any]:
+    """Sign the tenants' audit heads that moved (:mod:`nbcast.governance.checkpoints`);
+    a chain that does not hold is not signed, and said so in the log."""
+    from nbcast.governance.checkpoints import CHECKPOINT_EVERY, append_export, make_checkpoints
+
+    made, refused = make_checkpoints(db, clock, key, made_by="scheduler", every=CHECKPOINT_EVERY)
+    if export is not None and made:
+        append_export(export, made)
+    for name in refused:
+        log.error("the audit chain of tenant %s does not hold: not checkpointed", name)
+    return {"made": len(made), "refused": refused}
 
 
 def daily_jobs() -> dict[str, Job]:

@@ -72,6 +72,9 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(sa.String(128))
+    """The person's identity, its source included: ``ada`` (an OS user) or
+    ``jupyter:alice`` (a jupyter-server user) — :mod:`nbcast.access`; unique per
+    tenant, so the two sources never share a row."""
     email: Mapped[str | None] = mapped_column(sa.String(320), default=None)
     role: Mapped[str] = mapped_column(sa.String(32), default="viewer")
     """``admin``, ``author`` or ``viewer`` (:class:`nbcast.governance.roles.Role`)."""
@@ -87,8 +90,10 @@ class Operator(Base):
     __tablename__ = "operators"
 
     name: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    """The operator's identity, its source included (as :attr:`User.name`)."""
     granted_at: Mapped[datetime] = mapped_column(default=utcnow)
     granted_by: Mapped[str] = mapped_column(sa.String(128))
+    """Who granted it: an identity, or ``configuration`` (``NbcastApp.admin_users``)."""
 
 
 _BIGINT = sa.BigInteger().with_variant(sa.Integer, "sqlite")
@@ -123,7 +128,7 @@ class AuditCheckpoint(Base):
 
     __tablename__ = "audit_checkpoints"
     __table_args__ = (
-        sa.Index("ix_audit_checkpoints_tenant_seq", "tenant_id", "seq"),
+        sa.Index("uq_audit_checkpoints_tenant_seq", "tenant_id", "seq", unique=True),
         {"sqlite_autoincrement": True},
     )
 

@@ -5,8 +5,10 @@ Commands check who asks (:mod:`nbcast.governance.roles`) and are audited:
 
 - :func:`create_tenant` — operators only; names the tenant's first admin at once when
   asked, so nobody else can claim it;
-- :func:`change_quota` — an admin of that tenant, or an operator; every value within
-  :data:`QUOTA_BOUNDS`;
+- :func:`change_quota` — an admin of that tenant within the tenant's ceilings, or an
+  operator; every value within :data:`QUOTA_BOUNDS`;
+- :func:`set_ceilings` — operators only: the most the tenant's admins may set
+  (:mod:`nbcast.governance.ceilings`);
 - :func:`list_tenants` — operators only, keyset-paginated by name;
 - :func:`tenant_record` — an operator, or a member of that tenant.
 
@@ -30,6 +32,7 @@ from nbcast.config import TENANT_NAME
 from nbcast.db import Database
 from nbcast.errors import AccessDeniedError, ConfigError, ConflictError, NotFoundError
 from nbcast.governance import audit
+from nbcast.governance.ceilings import ceilings_of, check_within, lower_to_ceilings
 from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
 
@@ -37,14 +40,17 @@ __all__ = [
     "NULLABLE_QUOTAS",
     "QUOTA_BOUNDS",
     "QUOTA_FIELDS",
+    "QUOTA_MINIMUMS",
     "TenantRecord",
     "all_tenants",
     "change_quota",
+    "check_quota",
     "create_tenant",
     "ensure_tenant",
     "ensure_user",
     "get_tenant",
     "list_tenants",
+    "set_ceilings",
     "set_quota",
     "tenant_record",
 ]
@@ -120,29 +126,38 @@ NULLABLE_QUOTAS = frozenset({"budget_warehouse_bytes_per_day", "budget_cpu_s_per
 """The quotas that may be None (no budget)."""
 
 
+def check_quota(field: str, value: Any) -> int | float | None:
+    """``value`` as quota ``field`` holds it; unknown fields and values outside
+    (0, :data:`QUOTA_BOUNDS`] (or below :data:`QUOTA_MINIMUMS`) or not finite are
+    refused (:class:`ConfigError`). The same check holds ceilings."""
+    if field not in QUOTA_FIELDS:
+        raise ConfigError(f"unknown quota {clip(field)} (known: {', '.join(QUOTA_FIELDS)})")
+    if value is None:
+        if field not in NULLABLE_QUOTAS:
+            raise ConfigError(f"{field} needs a value")
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= QUOTA_BOUNDS[field]  # compared first: a huge int has no float
+        or not math.isfinite(value)
+        or (QUOTA_FIELDS[field] is int and not isinstance(value, int))
+    ):
+        raise ConfigError(
+            f"{field} must be above 0 and at most {QUOTA_BOUNDS[field]:,}, not {clip(value)}"
+        )
+    if value < QUOTA_MINIMUMS.get(field, 0):
+        raise ConfigError(f"{field} must be at least {QUOTA_MINIMUMS[field]:,}, not {value}")
+    converted: int | float = QUOTA_FIELDS[field](value)
+    return converted
+
+
 def set_quota(session: Session, name: str, **values: Any) -> Tenant:
-    """Change quota fields of tenant ``name``; unknown fields and values outside
-    (0, :data:`QUOTA_BOUNDS`] or not finite are refused."""
+    """Change quota fields of tenant ``name`` (each checked by :func:`check_quota`);
+    unchecked against ceilings: the planes' and tests' write."""
     tenant = get_tenant(session, name)
     for field, value in values.items():
-        if field not in QUOTA_FIELDS:
-            raise ConfigError(f"unknown quota {clip(field)} (known: {', '.join(QUOTA_FIELDS)})")
-        if value is None:
-            if field not in NULLABLE_QUOTAS:
-                raise ConfigError(f"{field} needs a value")
-        elif (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not 0 < value <= QUOTA_BOUNDS[field]  # compared first: a huge int has no float
-            or not math.isfinite(value)
-            or (QUOTA_FIELDS[field] is int and not isinstance(value, int))
-        ):
-            raise ConfigError(
-                f"{field} must be above 0 and at most {QUOTA_BOUNDS[field]:,}, not {clip(value)}"
-            )
-        elif value < QUOTA_MINIMUMS.get(field, 0):
-            raise ConfigError(f"{field} must be at least {QUOTA_MINIMUMS[field]:,}, not {value}")
-        setattr(tenant, field, QUOTA_FIELDS[field](value) if value is not None else None)
+        setattr(tenant, field, check_quota(field, value))
     return tenant
 
 
@@ -158,6 +173,8 @@ class TenantRecord:
     name: str
     created_at: datetime
     quotas: dict[str, Any]
+    ceilings: dict[str, Any]
+    """The most its admins may set each quota to (:mod:`nbcast.governance.ceilings`)."""
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantRecord:
@@ -166,11 +183,17 @@ class TenantRecord:
             name=tenant.name,
             created_at=tenant.created_at,
             quotas={field: getattr(tenant, field) for field in QUOTA_FIELDS},
+            ceilings=ceilings_of(tenant),
         )
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``nbcast tenants list --json``, the API's ``Tenant``)."""
-        return {"name": self.name, "created_at": format_instant(self.created_at), **self.quotas}
+        return {
+            "name": self.name,
+            "created_at": format_instant(self.created_at),
+            **self.quotas,
+            "ceilings": self.ceilings,
+        }
 
 
 def create_tenant(
@@ -187,6 +210,8 @@ def create_tenant(
         tenant = ensure_tenant(session, name)
         tenant.created_at = now
         set_quota(session, name, **quota)
+        # Its admins may move its quotas up to where they start (nbcast.governance.ceilings).
+        tenant.quota_ceilings = ceilings_of(tenant)
         audit.record(
             session,
             tenant.id,
@@ -244,7 +269,8 @@ def change_quota(
         raise ConfigError("name at least one quota to change")
     now = clock.now()
     with db.session() as session:
-        if not is_operator(session, caller.user):
+        operator = is_operator(session, caller.user)
+        if not operator:
             # A tenant without members is claimed where its first person acts (their
             # own tenant), never by naming it here from another tenant.
             if name != caller.tenant and not _is_member(session, name, caller.user):
@@ -256,6 +282,9 @@ def change_quota(
                 session, Caller(tenant=name, user=caller.user), Role.admin, "changing quotas", now
             )
         tenant = get_tenant(session, name)
+        checked = {field: check_quota(field, value) for field, value in values.items()}
+        if not operator:  # an admin moves within the operators' ceilings
+            check_within(tenant, checked)
         before = {field: getattr(tenant, field) for field in values if field in QUOTA_FIELDS}
         set_quota(session, name, **values)
         audit.record(
@@ -266,6 +295,35 @@ def change_quota(
             obj=f"tenant:{name}",
             at=now,
             details={"from": before, "to": {f: getattr(tenant, f) for f in before}},
+        )
+        return TenantRecord.of(tenant)
+
+
+def set_ceilings(
+    db: Database, clock: Clock, caller: Caller, name: str, **values: Any
+) -> TenantRecord:
+    """Set ceilings of tenant ``name`` (operators only; each value checked as a quota,
+    a budget's may be None): quotas above a new ceiling come down to it; audited with
+    the ceilings and quotas before and after (:mod:`nbcast.governance.ceilings`)."""
+    from nbcast.governance.roles import require_operator
+
+    if not values:
+        raise ConfigError("name at least one ceiling to set")
+    now = clock.now()
+    with db.session() as session:
+        require_operator(session, caller, "setting quota ceilings", now)
+        tenant = get_tenant(session, name)
+        checked = {field: check_quota(field, value) for field, value in values.items()}
+        before = {field: ceilings_of(tenant)[field] for field in checked}
+        lowered = lower_to_ceilings(tenant, checked)
+        audit.record(
+            session,
+            tenant.id,
+            actor=caller.user,
+            action=audit.Action.ceilings_changed,
+            obj=f"tenant:{name}",
+            at=now,
+            details={"from": before, "to": checked, "quotas_lowered": lowered},
         )
         return TenantRecord.of(tenant)
 

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -37,6 +38,9 @@ from nbcast.db import Database
 from nbcast.errors import SchedulerLockedError
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
+
+if TYPE_CHECKING:
+    from nbcast.governance.checkpoints import AuditKey
 
 __all__ = ["SchedulerService", "scheduler_lock"]
 
@@ -94,6 +98,8 @@ class SchedulerService(Service):
         max_sleep: float = 5.0,
         min_sleep: float = 0.0,
         sync_interval: float = 2.0,
+        audit_key: AuditKey | None = None,
+        checkpoint_export: Path | None = None,
     ) -> None:
         super().__init__()
         self.db = db
@@ -106,9 +112,11 @@ class SchedulerService(Service):
         self.failed = 0
         self.sync_interval = sync_interval
         self._next_sync = 0.0
-        from nbcast.governance.jobs import GovernanceRunner
+        from nbcast.governance.jobs import GovernanceRunner, frequent_checks
 
-        self.governance = GovernanceRunner(db, clock, owner=self.name)
+        self.governance = GovernanceRunner(
+            db, clock, owner=self.name, frequent=frequent_checks(audit_key, checkpoint_export)
+        )
 
     def stop(self) -> None:
         """End the loop after the current iteration."""

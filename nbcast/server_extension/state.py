@@ -78,7 +78,7 @@ class ServerState:
         from nbcast.governance.roles import seed_operators
 
         prepare_home(self.settings.home)
-        db = Database.open(self.settings.database_url)
+        db = Database.open(self.settings.database_url, owner_url=self.settings.database_owner_url)
         with db.session() as session:
             seed_operators(
                 session,

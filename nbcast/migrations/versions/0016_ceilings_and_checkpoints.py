@@ -6,7 +6,8 @@
   current quotas as its ceilings, so nothing an admin set before can be raised now
   without an operator.
 - ``audit_checkpoints``: each a tenant's audit head (``seq``, ``hash``) at a moment,
-  signed with a key the database does not hold (:mod:`nbcast.governance.checkpoints`).
+  signed with a key the database does not hold (:mod:`nbcast.governance.checkpoints`);
+  one per tenant and ``seq`` (replicas that checkpoint the same head record it once).
   Append-only like ``audit_log``: on PostgreSQL a trigger refuses ``UPDATE``,
   ``DELETE`` and ``TRUNCATE``.
 
@@ -78,14 +79,14 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index(
-        "ix_audit_checkpoints_tenant_seq", "audit_checkpoints", ["tenant_id", "seq"]
+        "uq_audit_checkpoints_tenant_seq", "audit_checkpoints", ["tenant_id", "seq"], unique=True
     )
     if bind.dialect.name == "postgresql":
         op.execute(APPEND_ONLY)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_audit_checkpoints_tenant_seq", table_name="audit_checkpoints")
+    op.drop_index("uq_audit_checkpoints_tenant_seq", table_name="audit_checkpoints")
     op.drop_table("audit_checkpoints")
     with op.batch_alter_table("tenants") as batch:
         batch.drop_column("quota_ceilings")

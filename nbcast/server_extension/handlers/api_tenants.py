@@ -27,6 +27,7 @@ from nbcast.governance.tenants import (
     TenantRecord,
     change_quota,
     list_tenants,
+    set_ceilings,
     tenant_record,
 )
 from nbcast.server_extension.errors import ApiError
@@ -34,7 +35,13 @@ from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
-__all__ = ["TenantHandler", "TenantQuotaHandler", "TenantsHandler", "tenant_json"]
+__all__ = [
+    "TenantCeilingsHandler",
+    "TenantHandler",
+    "TenantQuotaHandler",
+    "TenantsHandler",
+    "tenant_json",
+]
 
 
 def _quota_schema(field: str, nullable: bool) -> dict[str, Any]:
@@ -63,6 +70,12 @@ TENANT = schema(
             "name": {"type": "string"},
             "created_at": {"oneOf": [INSTANT, {"type": "null"}]},
             **{f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
+            "ceilings": {
+                "type": "object",
+                "description": "The most the tenant's admins may set each quota to; a "
+                "budget's null: they may remove it (set by operators).",
+                "properties": {f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
+            },
         },
     },
 )
@@ -94,7 +107,12 @@ TENANT_PARAM = Param(
 
 def tenant_json(tenant: TenantRecord) -> dict[str, Any]:
     """The API's ``Tenant``."""
-    return {"name": tenant.name, "created_at": tenant.created_at, **tenant.quotas}
+    return {
+        "name": tenant.name,
+        "created_at": tenant.created_at,
+        **tenant.quotas,
+        "ceilings": tenant.ceilings,
+    }
 
 
 class _TenantBase(ApiHandler):
@@ -201,6 +219,50 @@ class TenantQuotaHandler(_TenantBase):
         try:
             return tenant_json(
                 change_quota(self.state.db, self.state.clock, self.caller, name, **values)
+            )
+        except ConfigError as exc:
+            field = next((f for f in values if str(exc).startswith(f)), None)
+            raise ApiError(400, str(exc), field=field) from None
+
+
+@route(
+    f"{API}/tenants/{{tenant}}/ceilings",
+    Operation(
+        "put",
+        "Set a tenant's quota ceilings: what its admins may set its quotas up to "
+        "(operators only; a quota above its new ceiling comes down to it)",
+        tag="tenants",
+        params=(TENANT_PARAM,),
+        body=QUOTA_CHANGE,
+        response=TENANT,
+        admin=True,
+        errors=(400, 403, 404),
+    ),
+)
+class TenantCeilingsHandler(_TenantBase):
+    """The ceilings change (:func:`~nbcast.governance.tenants.set_ceilings`)."""
+
+    @authorized
+    async def put(self, tenant: str) -> None:
+        """Set the ceilings named in the body; answer the tenant as it now is."""
+        name = self.tenant_name(tenant)
+        body = await self.json_object()
+        if not body:
+            raise ApiError(400, "name at least one ceiling to set", field="body")
+        for field in body:
+            if field not in QUOTA_FIELDS:
+                raise ApiError(
+                    400,
+                    f"unknown quota {field[:64]!r} (known: {', '.join(QUOTA_FIELDS)})",
+                    field=field[:64],
+                )
+        self.write_json(await self.call(self._set, name, body))
+
+    def _set(self, name: str, values: dict[str, Any]) -> dict[str, Any]:
+        self.one(name)  # 404 before any write
+        try:
+            return tenant_json(
+                set_ceilings(self.state.db, self.state.clock, self.caller, name, **values)
             )
         except ConfigError as exc:
             field = next((f for f in values if str(exc).startswith(f)), None)
