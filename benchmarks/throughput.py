@@ -4,7 +4,10 @@ Prints JSON. N trivial pandas runs (default 40) are queued in PostgreSQL and one
 ``nbcast worker`` per engine (concurrency = CPU count) drains them; runs/hour is N
 divided by the worker's wall time from first claim to last completion. The local
 engine uses warm kernel pools; the Ray engine starts a local Ray once (not counted)
-and runs one task per attempt. Target: ≥ 6,250 runs/hour (150,000 runs a day).
+and runs one task per attempt. Each engine drains twice, side by side: with every
+kernel in its sandbox (the default, :mod:`nbcast.sandbox`) and with ``--sandbox off``;
+``sandbox_ratio`` is the first's runs/hour over the second's. Targets: ≥ 6,250
+runs/hour (150,000 runs a day); sandbox on ≥ 0.9 × sandbox off.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
 
 
-def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
+def drain(engine_name: str, runs: int, concurrency: int, sandbox: bool) -> dict[str, Any]:
     with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         db = Database.open(url)
@@ -63,6 +66,7 @@ def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
                 artifacts=str(folder / "a"),
                 work_dir=str(folder / "runs"),
                 poll_interval=0.01,
+                sandbox=sandbox,
             )
             started = time.perf_counter()
             stats = worker.run(exit_when_idle=True)
@@ -74,6 +78,7 @@ def drain(engine_name: str, runs: int, concurrency: int) -> dict[str, Any]:
         ray.shutdown()
     return {
         "engine": engine_name,
+        "sandbox": "on" if sandbox else "off",
         "runs": runs,
         "succeeded": stats.succeeded,
         "seconds": round(elapsed, 2),
@@ -86,15 +91,28 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--engines", default="local,ray")
+    parser.add_argument("--sandbox", choices=["on", "off", "both"], default="both")
     args = parser.parse_args()
-    results = [drain(name, args.runs, args.concurrency) for name in args.engines.split(",")]
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.sandbox]
+    results = [
+        drain(name, args.runs, args.concurrency, sandbox)
+        for name in args.engines.split(",")
+        for sandbox in modes
+    ]
+    ratios = {}
+    for name in args.engines.split(","):
+        rates = {r["sandbox"]: r["runs_per_hour"] for r in results if r["engine"] == name}
+        if {"on", "off"} <= set(rates):
+            ratios[name] = round(rates["on"] / rates["off"], 3)
     print(
         json.dumps(
             {
                 "benchmark": "throughput",
                 "concurrency": args.concurrency,
                 "results": results,
+                "sandbox_ratio": ratios,
                 "target_runs_per_hour": 6250,
+                "target_sandbox_ratio": 0.9,
             },
             indent=2,
         )

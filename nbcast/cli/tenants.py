@@ -123,6 +123,23 @@ def tenants_set_ceiling(
     )
 
 
+@tenants.command("set-network")
+@click.argument("name")
+@click.argument("network", type=click.Choice(["host", "none"]))
+@pass_app
+def tenants_set_network(app: AppContext, /, name: str, network: str) -> None:
+    """Set what tenant NAME's report kernels reach over the network (operators).
+
+    host: what the worker's machine reaches (loopback services too: they must ask for
+    credentials). none: a network of their own with loopback only; a warehouse is then
+    reached through a unix socket its connection names (host=/run/postgresql).
+    """
+    from nbcast.governance.tenants import set_network
+
+    set_network(app.db, app.clock, app.caller, name, network)
+    click.echo(f"tenant {name}: network {network}")
+
+
 @tenants.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app

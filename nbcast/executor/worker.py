@@ -205,10 +205,12 @@ class Worker(Service):
         return self.stats
 
     def _due(self) -> bool:
-        """Whether a run is due or under way; one waiting for its tenant's budget (until
-        the next UTC day) does not count, so ``exit_when_idle`` can end."""
+        """Whether a run of this worker's tenants is due or under way; one waiting for its
+        tenant's budget (until the next UTC day) does not count, so ``exit_when_idle``
+        can end."""
         now = self.clock.now()
         held = sa.func.coalesce(Run.reason, "") == RunReason.budget.value
+        ours = sa.true() if self.queue.tenants is None else Run.tenant_id.in_(self.queue.tenants)
         with self.db.session() as session:
             return bool(
                 session.scalar(
@@ -217,6 +219,7 @@ class Worker(Service):
                             Run.state.in_(ACTIVE_STATES),
                             Run.not_before <= now,
                             sa.or_(Run.state != RunState.QUEUED, ~held),
+                            ours,
                         )
                     )
                 )

@@ -85,6 +85,8 @@ class Action(StrEnum):
     tenant_created = "tenant.created"
     quota_changed = "quota.changed"
     ceilings_changed = "ceilings.changed"
+    network_changed = "network.changed"
+    """An operator changed what a tenant's kernels reach (``details``: from, to)."""
     """An operator set a tenant's quota ceilings (``details``: from, to, quotas_lowered)."""
     budget_changed = "budget.changed"
     retention_changed = "retention.changed"

@@ -98,6 +98,16 @@ class Health:
         """How many services of ``kind`` are alive."""
         return sum(1 for s in self.services if s.kind == kind and s.alive)
 
+    @property
+    def unsandboxed_workers(self) -> list[str]:
+        """Live workers running reports without a sandbox (``--sandbox off``, or a
+        machine that cannot sandbox): the status page warns for as long as they run."""
+        return sorted(
+            s.name
+            for s in self.services
+            if s.kind == "worker" and s.alive and s.detail.get("sandbox") == "off"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The JSON form: ``ok`` when a scheduler, a worker and a delivery worker are
         alive and the scheduler keeps up (lag under a minute)."""
@@ -107,6 +117,7 @@ class Health:
             "checked_at": format_instant(self.checked_at),
             "alive": {k: self.alive(k) for k in kinds},
             "scheduler_lag_s": round(self.scheduler_lag_s, 3),
+            "unsandboxed_workers": self.unsandboxed_workers,
             "services": [s.to_json() for s in self.services],
         }
 

@@ -9,6 +9,7 @@ Commands check who asks (:mod:`nbcast.governance.roles`) and are audited:
   operator; every value within :data:`QUOTA_BOUNDS`;
 - :func:`set_ceilings` — operators only: the most the tenant's admins may set
   (:mod:`nbcast.governance.ceilings`);
+- :func:`set_network` — operators only: what the tenant's sandboxed kernels reach;
 - :func:`list_tenants` — operators only, keyset-paginated by name;
 - :func:`tenant_record` — an operator, or a member of that tenant.
 
@@ -37,6 +38,7 @@ from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
 
 __all__ = [
+    "NETWORKS",
     "NULLABLE_QUOTAS",
     "QUOTA_BOUNDS",
     "QUOTA_FIELDS",
@@ -51,6 +53,7 @@ __all__ = [
     "get_tenant",
     "list_tenants",
     "set_ceilings",
+    "set_network",
     "set_quota",
     "tenant_record",
 ]
@@ -175,6 +178,8 @@ class TenantRecord:
     quotas: dict[str, Any]
     ceilings: dict[str, Any]
     """The most its admins may set each quota to (:mod:`nbcast.governance.ceilings`)."""
+    network: str = "host"
+    """What its kernels reach: ``host`` or ``none`` (:func:`set_network`)."""
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantRecord:
@@ -184,6 +189,7 @@ class TenantRecord:
             created_at=tenant.created_at,
             quotas={field: getattr(tenant, field) for field in QUOTA_FIELDS},
             ceilings=ceilings_of(tenant),
+            network=tenant.sandbox_network,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -193,6 +199,7 @@ class TenantRecord:
             "created_at": format_instant(self.created_at),
             **self.quotas,
             "ceilings": self.ceilings,
+            "network": self.network,
         }
 
 
@@ -324,6 +331,36 @@ def set_ceilings(
             obj=f"tenant:{name}",
             at=now,
             details={"from": before, "to": checked, "quotas_lowered": lowered},
+        )
+        return TenantRecord.of(tenant)
+
+
+NETWORKS = ("host", "none")
+"""A tenant's ``sandbox_network`` values (:class:`nbcast.sandbox.policy.Network`)."""
+
+
+def set_network(
+    db: Database, clock: Clock, caller: Caller, name: str, network: str
+) -> TenantRecord:
+    """Set what tenant ``name``'s kernels reach (operators only: it widens or narrows
+    what a tenant's code can touch on the machine's network); audited."""
+    from nbcast.governance.roles import require_operator
+
+    if network not in NETWORKS:
+        raise ConfigError(f"network must be host or none, not {clip(network)}")
+    now = clock.now()
+    with db.session() as session:
+        require_operator(session, caller, "setting a tenant's network", now)
+        tenant = get_tenant(session, name)
+        before, tenant.sandbox_network = tenant.sandbox_network, network
+        audit.record(
+            session,
+            tenant.id,
+            actor=caller.user,
+            action=audit.Action.network_changed,
+            obj=f"tenant:{name}",
+            at=now,
+            details={"from": before, "to": network},
         )
         return TenantRecord.of(tenant)
 

@@ -18,7 +18,8 @@ between the fork and the kernel. What :func:`enter` does, in this order, is what
    process the report starts is counted against its limits;
 3. clear the supplementary groups (while still allowed to);
 4. ``setns`` into the user namespace first, when the sandbox has one (unprivileged
-   workers), then into the others;
+   workers) — the one that owns its mounts, when bubblewrap nested the sandbox's own in
+   it —, then into the others, then (nested) into the sandbox's own;
 5. drop every capability from the bounding and ambient sets, set ``no_new_privs``,
    switch to the tenant's group and user (real, effective and saved), and clear the
    permitted, effective and inheritable sets;
@@ -121,6 +122,20 @@ def _open_namespaces(pid: int, expected: Mapping[str, int]) -> dict[str, int]:
     return opened
 
 
+def _mount_owner(opened: Mapping[str, int]) -> int | None:
+    """The user namespace that owns the sandbox's mount namespace, when it is not the
+    sandbox's own (an unprivileged bubblewrap builds the mounts in one user namespace
+    and runs the sandbox in a second, nested one): an open descriptor, else None."""
+    import fcntl
+
+    ns_get_userns = 0xB701  # _IO(0xb7, 0x1), linux/nsfs.h
+    owner = fcntl.ioctl(opened["mnt"], ns_get_userns)
+    if os.fstat(owner).st_ino == os.fstat(opened["user"]).st_ino:
+        os.close(owner)
+        return None
+    return owner
+
+
 def _drop_privileges(uid: int, gid: int) -> None:
     """Step 5 of the module docstring."""
     libc = _c()
@@ -189,11 +204,19 @@ def enter(plan: Mapping[str, Any]) -> int:
         if plan.get("clear_groups", True):
             os.setgroups([])
         libc = _c()
-        if "user" in opened:
+        owner = _mount_owner(opened) if "user" in opened else None
+        if owner is not None:  # the namespace bubblewrap built the mounts in, first
+            try:
+                _check(libc.setns(owner, NAMESPACES["user"]), "setns user (of the mounts)")
+            finally:
+                os.close(owner)
+        elif "user" in opened:
             _check(libc.setns(opened["user"], NAMESPACES["user"]), "setns user")
         for kind, flag in NAMESPACES.items():
             if kind != "user" and kind in opened:
                 _check(libc.setns(opened[kind], flag), f"setns {kind}")
+        if owner is not None:  # then the sandbox's own, nested in it
+            _check(libc.setns(opened["user"], NAMESPACES["user"]), "setns user")
     finally:
         for fd in opened.values():
             os.close(fd)

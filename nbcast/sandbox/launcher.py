@@ -11,17 +11,15 @@ exits, and so does the init.
 
 **Two modes** (:mod:`nbcast.sandbox.support` decides which the machine allows):
 
-- ``privileged`` (the worker runs as root, or with ``CAP_SYS_ADMIN`` and
-  ``CAP_SETUID``): bubblewrap builds mount, PID, IPC and UTS namespaces (and a network
-  namespace for ``network: none``) without a user namespace, and the kernel switches
-  to the tenant's *real* uid and gid — a user the worker is not, that owns nothing on
-  the machine but the run folder;
+- ``privileged`` (the worker runs as root): bubblewrap builds mount, PID, IPC and
+  UTS namespaces (and a network namespace for ``network: none``) without a user
+  namespace, and the kernel switches to the tenant's *real* uid and gid — a user the
+  worker is not, that owns nothing on the machine but the run folder;
 - ``userns`` (an unprivileged worker): bubblewrap also makes a user namespace in which
   the kernel is the tenant's uid; outside it, that uid is the worker's own. What keeps
   the kernel in is then the namespaces alone (it can name no process outside its PID
   namespace and see no file outside its mount namespace) and the services'
-  ``PR_SET_DUMPABLE=0``; run workers as root (or with the two capabilities) for a
-  uid of the tenant's own.
+  ``PR_SET_DUMPABLE=0``; run workers as root for a uid of the tenant's own.
 
 No ``--die-with-parent``: its signal comes when the *thread* that started bubblewrap
 ends, and the pool starts sandboxes from worker threads.
@@ -79,7 +77,8 @@ def bwrap_command(
 
     ``folder`` is the run folder (read-write); ``hidden`` paths are covered when a shown
     folder holds them; ``identity_dir`` holds the ``passwd`` and ``group`` files the
-    sandbox shows as ``/etc/passwd`` and ``/etc/group``.
+    sandbox shows as ``/etc/passwd`` and ``/etc/group``, and the empty file hidden files
+    are covered with.
     """
     command = [bwrap, "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if mode == "privileged":  # bubblewrap run by root keeps capabilities unless told
@@ -97,6 +96,11 @@ def bwrap_command(
                 made.add(parent)
                 command.extend(["--perms", "0755", "--dir", parent])
 
+    # The filesystems of its own first, so that a path shown under /tmp is not covered.
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    tmp_bytes = str(max(64, spec.memory_mb // 2) * _MIB)
+    command += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    command += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm"]
     system, links = system_binds()
     for link, target in links:
         command += ["--symlink", target, link]
@@ -107,17 +111,13 @@ def bwrap_command(
         command += ["--ro-bind-try", bind.path, bind.path]
     for name in ("passwd", "group"):
         command += ["--ro-bind", os.path.join(identity_dir, name), f"/etc/{name}"]
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    tmp_bytes = str(max(64, spec.memory_mb // 2) * _MIB)
-    command += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
-    command += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm"]
     roots = [b.path for b in shown]
     for path in hidden:
         if any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
             if os.path.isdir(path):
-                command += ["--perms", "0700", "--tmpfs", path]
-            elif os.path.exists(path):
-                command += ["--ro-bind", "/dev/null", path]
+                command += ["--perms", "0755", "--size", "4096", "--tmpfs", path]
+            elif os.path.exists(path):  # an empty file (a device would be nodev: EACCES)
+                command += ["--ro-bind", os.path.join(identity_dir, "empty"), path]
     make_parents(folder)
     command += ["--bind", folder, folder, "--chdir", "/"]
     command += ["--info-fd", str(info_fd), "--", "/bin/sh", "-c", _STUB]
@@ -136,6 +136,7 @@ def _identity_files(spec: SandboxSpec, folder: str) -> str:
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
         ),
         "group": f"root:x:0:\n{user}:x:{spec.gid}:\nnogroup:x:65534:\n",
+        "empty": "",
     }
     for name, text in files.items():
         path = os.path.join(where, name)

@@ -2,12 +2,13 @@
 
 Asked once per process, by a worker at start (and by a Ray task the first time it
 runs an attempt). The answer is a :class:`Support`: ``available`` with the mode — the
-launcher's ``privileged`` (root, or ``CAP_SYS_ADMIN`` with ``CAP_SETUID`` and
-``CAP_SETGID``: kernels get the tenant's real uid) or ``userns`` (an unprivileged user
-with user namespaces) — or the one-line reason it is not: bubblewrap missing, not
-Linux, user namespaces switched off (``kernel.unprivileged_userns_clone`` or
-``user.max_user_namespaces``), a container that refuses ``mount``. The answer comes
-from starting a real, empty sandbox, not from reading settings.
+launcher's ``privileged`` (the worker runs as root: kernels get the tenant's real uid)
+or ``userns`` (any other user, with user namespaces) — or the one-line reason it is
+not: bubblewrap missing, not Linux, user namespaces switched off
+(``kernel.unprivileged_userns_clone`` or ``user.max_user_namespaces``), a container
+that refuses ``mount``. The answer comes from starting a real, empty sandbox, not from
+reading settings. ``NBCAST_BWRAP`` names
+the bubblewrap to use (default: ``bwrap`` on ``PATH``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import sys
 from dataclasses import dataclass
 
 __all__ = ["Support", "sandbox_support"]
-
-_CAP_SETGID, _CAP_SETUID, _CAP_SYS_ADMIN = 6, 7, 21
 
 
 @dataclass(frozen=True)
@@ -36,22 +35,10 @@ class Support:
     bwrap: str = ""
 
 
-def _effective_caps() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def _privileged() -> bool:
-    if os.geteuid() == 0:
-        return True
-    caps = _effective_caps()
-    return all(caps & (1 << c) for c in (_CAP_SYS_ADMIN, _CAP_SETUID, _CAP_SETGID))
+    # Root alone: bubblewrap run by another user makes a user namespace whatever
+    # capabilities that user holds.
+    return os.geteuid() == 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,8 +46,11 @@ def sandbox_support() -> Support:
     """Whether (and how) kernels can be sandboxed here; cached for the process."""
     if not sys.platform.startswith("linux"):
         return Support(False, reason=f"sandboxes need Linux namespaces ({sys.platform})")
-    bwrap = shutil.which("bwrap")
+    chosen = os.environ.get("NBCAST_BWRAP", "").strip()
+    bwrap = shutil.which(chosen) if chosen else shutil.which("bwrap")
     if bwrap is None:
+        if chosen:
+            return Support(False, reason=f"NBCAST_BWRAP={chosen[:100]} is not an executable")
         return Support(False, reason="bubblewrap is not installed (apt-get install bubblewrap)")
     mode = "privileged" if _privileged() else "userns"
     trial = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]

@@ -129,7 +129,9 @@ class KernelBox:
             if tree is not None:
                 cgroup = tree.make(os.path.basename(folder), spec)
             hidden = [*spec.hidden, sandbox_root()]
-            sandbox = Sandbox.start(spec, folder, mode=support.mode, hidden=hidden)
+            sandbox = Sandbox.start(
+                spec, folder, mode=support.mode, hidden=hidden, bwrap=support.bwrap
+            )
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()

@@ -70,6 +70,11 @@ TENANT = schema(
             "name": {"type": "string"},
             "created_at": {"oneOf": [INSTANT, {"type": "null"}]},
             **{f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
+            "network": {
+                "type": "string",
+                "enum": ["host", "none"],
+                "description": "What the tenant's sandboxed kernels reach over the network.",
+            },
             "ceilings": {
                 "type": "object",
                 "description": "The most the tenant's admins may set each quota to; a "
@@ -112,6 +117,7 @@ def tenant_json(tenant: TenantRecord) -> dict[str, Any]:
         "created_at": tenant.created_at,
         **tenant.quotas,
         "ceilings": tenant.ceilings,
+        "network": tenant.network,
     }
 
 
