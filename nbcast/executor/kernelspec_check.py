@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "ALIASES",
     "DEFAULT_KERNEL",
     "declared_language",
     "installed_language",
@@ -40,13 +41,21 @@ DEFAULT_KERNEL = "python3"
 """The kernel a notebook without ``metadata.kernelspec.name`` runs on."""
 
 
+ALIASES = {"python": DEFAULT_KERNEL}
+"""Kernel names jupyter_client's kernel manager itself resolves to another
+(``KernelManager`` turns ``python`` into ``python3``): such a notebook runs."""
+
+
 def kernel_name(notebook: Mapping[str, Any]) -> str:
-    """The kernelspec name the notebook runs on: ``metadata.kernelspec.name``, else
+    """The kernelspec name the notebook runs on: ``metadata.kernelspec.name`` (an alias
+    resolved as jupyter_client resolves it, :data:`ALIASES`), else
     :data:`DEFAULT_KERNEL`."""
     metadata = notebook.get("metadata")
     spec = metadata.get("kernelspec") if isinstance(metadata, Mapping) else None
     name = spec.get("name") if isinstance(spec, Mapping) else None
-    return name if isinstance(name, str) and name.strip() else DEFAULT_KERNEL
+    if not isinstance(name, str) or not name.strip():
+        return DEFAULT_KERNEL
+    return ALIASES.get(name, name)
 
 
 def declared_language(notebook: Mapping[str, Any]) -> str | None:

@@ -238,3 +238,16 @@ def test_kernel_name_defaults_to_python3() -> None:
     assert kernel_name({"metadata": {"kernelspec": {"name": "julia-1.10"}}}) == "julia-1.10"
     assert kernel_name({"metadata": {"kernelspec": "nonsense"}}) == "python3"
     assert kernel_name({"metadata": None}) == "python3"
+
+
+def test_a_notebook_whose_kernelspec_is_named_python_runs(db: Database, tmp_path: Path) -> None:
+    """jupyter_client's kernel manager resolves ``python`` to ``python3`` (and papermill
+    runs such a notebook), so the check does too, instead of ``no_such_kernel``."""
+    assert kernel_name(notebook_dict("python")) == "python3"
+    assert missing_kernel(notebook_dict("python")) is None
+    publish_in(db, tmp_path, "default", "aliased", "python")
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "aliased", {"n": 7})
+    with LocalEngine(capacity=1, pool_size=1) as engine:
+        make_worker(db, tmp_path, engine).run(exit_when_idle=True)
+    run = run_state(db, run_id)
+    assert (run.state, run.reason) == ("SUCCEEDED", None), run.error
