@@ -533,6 +533,13 @@ def test_tenant_commands_are_for_operators_and_quotas_for_admins(
         monkeypatch.setenv("NBCAST_USER", user)
         assert_refused(*run(capsys, *argv), message)
     assert counts(use_db) == before
+    monkeypatch.setenv("NBCAST_USER", "bob")  # within its ceilings only (they start at 1)
+    assert_refused(
+        *run(capsys, "--tenant", "b", "tenants", "set-quota", "b", "--cpus", "2"),
+        "above the tenant's ceiling of 1.0",
+    )
+    monkeypatch.setenv("NBCAST_USER", "tester")
+    assert run(capsys, "tenants", "set-ceiling", "b", "--cpus", "4")[0] == 0
     monkeypatch.setenv("NBCAST_USER", "bob")
     assert run(capsys, "--tenant", "b", "tenants", "set-quota", "b", "--cpus", "2")[0] == 0
     monkeypatch.setenv("NBCAST_USER", "tester")

@@ -5,6 +5,11 @@ records, scoped to the caller's tenant: a definition of another tenant is not fo
 (:class:`~nbcast.errors.UnknownDefinitionError`), never returned. They read the
 scheduler's rows (pause, next fire, a recorded failure) and the last run of each
 definition, and write nothing.
+
+Subscriptions' URL recipients (webhooks) are masked for everyone but the tenant's
+admins, in the ``nbcast`` block and in the stored notebook alike
+(:mod:`nbcast.definitions.recipients`): records hold what the caller may see, so a
+version's diff, its export and every face show the same.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import format_instant
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import Parameter, schema_from_json
+from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.definitions.spec import ReportSpec, parse_spec
 from nbcast.errors import UnknownDefinitionError
 from nbcast.governance.models import Tenant, User
@@ -40,7 +46,8 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class VersionInfo:
-    """One published version, as read back."""
+    """One published version, as read back: its ``block`` and ``notebook_json`` as
+    the caller may see them (URL recipients masked but for admins)."""
 
     definition: str
     version: int
@@ -96,7 +103,7 @@ class DefinitionRecord:
     """A summary: the cron or ``every …`` and the zone, or ``manual``."""
     timezone: str
     block: dict[str, Any]
-    """The latest version's ``nbcast`` block."""
+    """The latest version's ``nbcast`` block (URL recipients masked but for admins)."""
     paused: bool = False
     next_fire_at: datetime | None = None
     schedule_error: str | None = None
@@ -156,7 +163,9 @@ def _schedule_summary(block: dict[str, Any]) -> tuple[str, str]:
     return (f"{what} ({zone})" if what else "manual"), zone
 
 
-def _records(session: Session, tenant: Tenant, query: Any) -> list[DefinitionRecord]:
+def _records(
+    session: Session, tenant: Tenant, query: Any, shown: Disclosure
+) -> list[DefinitionRecord]:
     from nbcast.executor.models import Run  # reads of the executor's rows
     from nbcast.scheduler.models import ScheduleState  # and of the scheduler's
 
@@ -198,7 +207,7 @@ def _records(session: Session, tenant: Tenant, query: Any) -> list[DefinitionRec
                 updated_at=v.created_at,
                 schedule=summary,
                 timezone=zone,
-                block=dict(v.spec),
+                block=shown.block(v.spec),
                 paused=bool(state and state.paused),
                 next_fire_at=state.next_fire_at if state else None,
                 schedule_error=state.error if state else None,
@@ -221,7 +230,7 @@ def list_definitions(
     if after is not None:
         (last_name,) = decode_cursor(after, [str])
         query = query.where(ReportDefinition.name > last_name)
-    records = _records(session, tenant, query)
+    records = _records(session, tenant, query, disclosure(session, caller))
     more = len(records) > size
     records = records[:size]
     cursor = encode_cursor(records[-1].name) if more and records else None
@@ -232,7 +241,10 @@ def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRec
     """The caller's definition called ``name``."""
     tenant = readable_tenant(session, caller)
     records = _records(
-        session, tenant, sa.select(ReportDefinition).where(ReportDefinition.name == name)
+        session,
+        tenant,
+        sa.select(ReportDefinition).where(ReportDefinition.name == name),
+        disclosure(session, caller),
     )
     if not records:
         raise UnknownDefinitionError(
@@ -241,7 +253,9 @@ def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRec
     return records[0]
 
 
-def _info(definition: ReportDefinition, version: DefinitionVersion, author: str) -> VersionInfo:
+def _info(
+    definition: ReportDefinition, version: DefinitionVersion, author: str, shown: Disclosure
+) -> VersionInfo:
     return VersionInfo(
         definition=definition.name,
         version=version.version,
@@ -250,8 +264,8 @@ def _info(definition: ReportDefinition, version: DefinitionVersion, author: str)
         message=version.message,
         created_at=version.created_at,
         schema=schema_from_json(version.parameter_schema),
-        block=dict(version.spec),
-        notebook_json=version.notebook_json,
+        block=shown.block(version.spec),
+        notebook_json=shown.notebook_json(version.notebook_json, version.spec),
     )
 
 
@@ -274,7 +288,7 @@ def get_version(
             f"definition {clip(name)} has no version {clip(number)} (latest is "
             f"{definition.latest_version})"
         )
-    return _info(definition, row[0], row[1])
+    return _info(definition, row[0], row[1], disclosure(session, caller))
 
 
 def list_versions(session: Session, caller: Caller, name: str) -> list[VersionInfo]:
@@ -286,4 +300,5 @@ def list_versions(session: Session, caller: Caller, name: str) -> list[VersionIn
         .where(DefinitionVersion.definition_id == definition.id)
         .order_by(DefinitionVersion.version)
     ).all()
-    return [_info(definition, version, author) for version, author in rows]
+    shown = disclosure(session, caller)
+    return [_info(definition, version, author, shown) for version, author in rows]

@@ -11,12 +11,17 @@ expired and it has not been revoked — each failure a
 records every opening (:mod:`nbcast.delivery.link_opens`).
 Revoking goes through :func:`nbcast.delivery.commands.revoke_link`, which scopes it to
 the caller's tenant.
+
+A delivery hands its links out through :func:`delivery_link`: each attempt at one
+ledger row (a retry after a receiver's 500, a timeout, a worker that died) gives the
+link its first attempt made, token and all, for as long as that link can be opened.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -25,19 +30,29 @@ from nbcast.delivery.models import SignedLink
 from nbcast.delivery.signing import Signer
 from nbcast.errors import LinkError
 
-__all__ = ["IssuedLink", "create_link", "link_url", "revoke_link", "verify_link"]
+__all__ = [
+    "IssuedLink",
+    "create_link",
+    "delivery_link",
+    "link_url",
+    "revoke_link",
+    "verify_link",
+]
 
 PURPOSE = "link"
 
 
 @dataclass(frozen=True)
 class IssuedLink:
-    """A link just made: its row id, token and URL."""
+    """A link handed out: its row id, token and URL."""
 
     id: int
     token: str
     url: str
     expires_at: datetime
+    reused: bool = False
+    """Made by an earlier attempt of the same delivery and handed out again
+    (:func:`delivery_link`)."""
 
 
 def link_url(base_url: str, token: str) -> str:
@@ -88,8 +103,77 @@ def create_link(
         at=now,
         details={"run": run_id, "recipient": recipient, "expires_at": row.expires_at.isoformat()},
     )
-    token = signer.sign({"l": row.id, "a": sha256[:16]}, purpose=PURPOSE)
+    token = signer.sign(_claims(row.id, sha256), purpose=PURPOSE)
     return IssuedLink(row.id, token, link_url(base_url, token), row.expires_at)
+
+
+def _claims(link_id: int, sha256: str) -> dict[str, Any]:
+    """What a link's token carries: the row, and the file's digest (a prefix)."""
+    return {"l": link_id, "a": sha256[:16]}
+
+
+def delivery_link(
+    session: Session,
+    signer: Signer,
+    *,
+    tenant_id: int,
+    run_id: int,
+    delivery_id: int,
+    recipient: str,
+    sha256: str,
+    filename: str,
+    media_type: str,
+    now: datetime,
+    ttl: timedelta,
+    base_url: str,
+) -> IssuedLink:
+    """The link delivery ``delivery_id`` (a ledger row) hands out for the file
+    ``sha256``: the one an earlier attempt of that row made, if it can still be
+    opened, else a new one (:func:`create_link`).
+
+    Idempotent per ledger row, so a retry — after a receiver answered 500, after a
+    timeout, after a worker died — sends the token the first attempt sent: a
+    receiver that got both holds one link, and a delivery leaves one live link per
+    file, not one per attempt. The earlier link is handed out again while it could
+    be opened — not revoked, not expired, signed by a key still configured — signed
+    again with that same key, which gives the very same token (signing is
+    deterministic); it keeps its own expiry, and nothing is audited (nothing is
+    made). Otherwise a fresh link is made and audited like any: a link someone
+    revoked is never revived, and a retry never sends a link that cannot be opened;
+    the revoked or expired one stays as it was. The same file under another digest (a
+    late, bannered rendition) is another file, with a link of its own.
+    """
+    earlier = session.scalars(
+        sa.select(SignedLink)
+        .where(
+            SignedLink.run_id == run_id,
+            SignedLink.tenant_id == tenant_id,
+            SignedLink.delivery_id == delivery_id,
+            SignedLink.sha256 == sha256,
+            SignedLink.filename == filename,
+            SignedLink.revoked_at.is_(None),
+            SignedLink.expires_at > now,
+        )
+        .order_by(SignedLink.id.desc())
+    )
+    for row in earlier:
+        if signer.has_key(row.key_id):
+            token = signer.sign(_claims(row.id, sha256), purpose=PURPOSE, key_id=row.key_id)
+            return IssuedLink(row.id, token, link_url(base_url, token), row.expires_at, reused=True)
+    return create_link(
+        session,
+        signer,
+        tenant_id=tenant_id,
+        run_id=run_id,
+        delivery_id=delivery_id,
+        recipient=recipient,
+        sha256=sha256,
+        filename=filename,
+        media_type=media_type,
+        now=now,
+        ttl=ttl,
+        base_url=base_url,
+    )
 
 
 def verify_link(session: Session, signer: Signer, token: str, now: datetime) -> SignedLink:

@@ -11,6 +11,11 @@ renditions).
 
 ``nbcast deliveries list``, ``nbcast links list`` and the run page (``nbcast runs
 show``, the server's run view) read through these functions.
+
+Recipients that are URLs (webhooks) are masked in these records for everyone but the
+tenant's admins — ``https://hooks.example.com/…a1b2`` — and so are the URLs in a
+row's error message (:mod:`nbcast.definitions.recipients`): every face serializes the
+records as they are.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import format_instant
 from nbcast.definitions.models import ReportDefinition
+from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.delivery.models import (
     Delivery,
     DeliveryReason,
@@ -74,6 +80,7 @@ class DeliveryRecord:
     """The definition's name."""
     channel: str
     recipient: str
+    """As the caller may see it: a URL is masked but for the tenant's admins."""
     formats: tuple[str, ...]
     state: DeliveryState
     reason: DeliveryReason | None
@@ -90,7 +97,8 @@ class DeliveryRecord:
     receipt: dict[str, Any] | None
     """What the channel answered (SMTP reply, Slack ``ts``, HTTP status, links)."""
     error: dict[str, Any] | None
-    """The last error: ``{"error": type, "message": …}``."""
+    """The last error: ``{"error": type, "message": …}`` (on a row whose recipient is
+    masked, with the URLs in it masked too)."""
     created_at: datetime
     updated_at: datetime
 
@@ -165,6 +173,8 @@ class LinkRecord:
     run_id: int
     delivery_id: int | None
     recipient: str
+    """Its delivery's recipient, as the caller may see it (a URL masked but for the
+    tenant's admins)."""
     filename: str
     media_type: str
     created_at: datetime
@@ -229,13 +239,15 @@ def _delivery_query(tenant: Tenant) -> Any:
     )
 
 
-def _delivery(row: Delivery, report: str) -> DeliveryRecord:
+def _delivery(row: Delivery, report: str, shown: Disclosure) -> DeliveryRecord:
+    recipient = shown.recipient(row.recipient)
+    masked = recipient != row.recipient
     return DeliveryRecord(
         id=row.id,
         run_id=row.run_id,
         report=report,
         channel=row.channel,
-        recipient=row.recipient,
+        recipient=recipient,
         formats=tuple(row.formats or ()),
         state=DeliveryState(row.state),
         reason=None if row.reason is None else DeliveryReason(row.reason),
@@ -245,7 +257,7 @@ def _delivery(row: Delivery, report: str) -> DeliveryRecord:
         not_before=row.not_before,
         sent_at=row.sent_at,
         receipt=row.receipt,
-        error=row.error,
+        error=shown.value(row.error) if masked else row.error,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -289,7 +301,8 @@ def list_deliveries(
     if after is not None:
         query = query.where(Delivery.id < _after_id(after))
     rows = session.execute(query.order_by(Delivery.id.desc()).limit(count + 1)).all()
-    items = [_delivery(row, name) for row, name in rows[:count]]
+    shown = disclosure(session, caller)
+    items = [_delivery(row, name, shown) for row, name in rows[:count]]
     more = len(rows) > count
     return Page(items, encode_cursor(items[-1].id) if more and items else None)
 
@@ -300,7 +313,8 @@ def deliveries_of_run(session: Session, caller: Caller, run_id: int) -> list[Del
     tenant = readable_tenant(session, caller)
     require_run(session, tenant, run_id)
     query = _delivery_query(tenant).where(Delivery.run_id == run_id).order_by(Delivery.id)
-    return [_delivery(row, name) for row, name in session.execute(query).all()]
+    shown = disclosure(session, caller)
+    return [_delivery(row, name, shown) for row, name in session.execute(query).all()]
 
 
 def renditions_of_run(session: Session, caller: Caller, run_id: int) -> list[RenditionRecord]:
@@ -354,12 +368,13 @@ def list_links(
 
     rows = list(session.scalars(query.order_by(SignedLink.id.desc()).limit(count + 1)))
     opens = open_counts(session, tenant.id, [r.id for r in rows[:count]])
+    shown = disclosure(session, caller)
     items = [
         LinkRecord(
             id=r.id,
             run_id=r.run_id,
             delivery_id=r.delivery_id,
-            recipient=r.recipient,
+            recipient=shown.recipient(r.recipient),
             filename=r.filename,
             media_type=r.media_type,
             created_at=r.created_at,

@@ -56,10 +56,21 @@ class Signer:
         self.current = keys[0][0]
         self._keys = dict(keys)
 
-    def sign(self, payload: Mapping[str, Any], *, purpose: str) -> str:
-        """A token carrying ``payload`` (JSON-serializable), for ``purpose`` only."""
-        serializer = _serializer(self._keys[self.current], purpose)
-        return f"{self.current}.{serializer.dumps(dict(payload))}"
+    def sign(self, payload: Mapping[str, Any], *, purpose: str, key_id: str | None = None) -> str:
+        """A token carrying ``payload`` (JSON-serializable), for ``purpose`` only,
+        signed with the current key, or with ``key_id`` (a configured key: a
+        :class:`~nbcast.errors.ConfigError` otherwise). Signing is deterministic: the
+        same payload, purpose and key give the same token, which is how a link is
+        handed out again (:func:`nbcast.delivery.links.delivery_link`)."""
+        chosen = self.current if key_id is None else key_id
+        if chosen not in self._keys:
+            raise ConfigError(f"signing key {chosen[:40]!r} is not configured")
+        serializer = _serializer(self._keys[chosen], purpose)
+        return f"{chosen}.{serializer.dumps(dict(payload))}"
+
+    def has_key(self, key_id: str) -> bool:
+        """Whether ``key_id`` is configured (so tokens it signed still verify)."""
+        return key_id in self._keys
 
     def verify(self, token: str, *, purpose: str) -> dict[str, Any]:
         """The payload of ``token``; :class:`~nbcast.errors.LinkError` if it is

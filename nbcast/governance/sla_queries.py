@@ -7,6 +7,10 @@ are a viewer's to read) and writes nothing; a definition of another tenant is "n
 found". Lists are newest fire time first and keyset-paginated on ``(fire_at, id)``
 (:class:`~nbcast.access.Page`), one range of the ``(tenant_id, fire_at)`` index
 whatever the page.
+
+An alert's recipient that is a URL (a webhook's, from ``NBCAST_SLA_TO``) is masked
+for everyone but the tenant's admins, and so are the URLs in its error
+(:mod:`nbcast.definitions.recipients`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import format_instant
 from nbcast.definitions.models import ReportDefinition
+from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.errors import ConfigError, UnknownDefinitionError
 from nbcast.executor.models import Run, RunKind
 from nbcast.governance.models import SlaMiss
@@ -49,6 +54,7 @@ class SlaMissRecord:
     """A :class:`~nbcast.governance.sla.AlertState`."""
     alert_channel: str | None
     alert_to: str | None
+    """As the caller may see it: a URL is masked but for the tenant's admins."""
     alert_attempts: int
     alerted_at: datetime | None
     alert_error: dict[str, Any] | None
@@ -141,7 +147,8 @@ def list_misses(
     rows = session.execute(
         query.order_by(SlaMiss.fire_at.desc(), SlaMiss.id.desc()).limit(size + 1)
     ).all()
-    items = [_record(miss, name, run_id) for miss, name, run_id in rows[:size]]
+    shown = disclosure(session, caller)
+    items = [_record(miss, name, run_id, shown) for miss, name, run_id in rows[:size]]
     more = len(rows) > size and bool(items)
     cursor = encode_cursor(items[-1].fire_at, items[-1].id) if more else None
     return Page(items, cursor)
@@ -161,7 +168,9 @@ def miss_counts(
     return {str(state): int(n) for state, n in rows}
 
 
-def _record(miss: SlaMiss, name: str, run_id: int | None) -> SlaMissRecord:
+def _record(miss: SlaMiss, name: str, run_id: int | None, shown: Disclosure) -> SlaMissRecord:
+    to = None if miss.alert_to is None else shown.recipient(miss.alert_to)
+    masked = to != miss.alert_to
     return SlaMissRecord(
         id=miss.id,
         definition=name,
@@ -174,8 +183,8 @@ def _record(miss: SlaMiss, name: str, run_id: int | None) -> SlaMissRecord:
         run_id=None if run_id is None else int(run_id),
         alert_state=miss.alert_state,
         alert_channel=miss.alert_channel,
-        alert_to=miss.alert_to,
+        alert_to=to,
         alert_attempts=miss.alert_attempts,
         alerted_at=miss.alerted_at,
-        alert_error=miss.alert_error,
+        alert_error=shown.value(miss.alert_error) if masked else miss.alert_error,
     )

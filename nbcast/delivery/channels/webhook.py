@@ -18,6 +18,11 @@ Headers, in the manner of Stripe and GitHub:
   key for receivers, since a webhook cannot be asked afterwards whether it got one
   (:meth:`~nbcast.delivery.channels.base.Channel.check` stays None).
 
+The body's ``links`` are the same on every attempt too, tokens and all: the ledger
+hands a delivery's links out again (:func:`~nbcast.delivery.links.delivery_link`), so
+a receiver that got a notice twice holds one link per file, not one per attempt —
+unless a link was revoked or expired in between, when a fresh one replaces it.
+
 Where it may post: only to URLs the :class:`~nbcast.delivery.webhook_policy.WebhookPolicy`
 allows (HTTPS to public addresses unless ``NBCAST_WEBHOOK_ALLOW_HTTP`` and
 ``NBCAST_WEBHOOK_ALLOWED_HOSTS`` say otherwise). The policy is enforced when the
@@ -91,6 +96,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpcore
 import httpx
 
+from nbcast.definitions.recipients import is_masked_url
 from nbcast.delivery.channels._peer import parse_retry_after, peer_text
 from nbcast.delivery.channels.base import Channel, Message, Receipt
 from nbcast.delivery.webhook_policy import (
@@ -107,6 +113,7 @@ from nbcast.errors import (
     PermanentChannelError,
     TransientChannelError,
 )
+from nbcast.limits import clip
 
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
@@ -373,7 +380,17 @@ class WebhookChannel(Channel):
     @classmethod
     def check_recipient_here(cls, to: str, environ: Mapping[str, str]) -> str | None:
         """The URL against the configured policy, without resolving its host
-        (:func:`~nbcast.delivery.webhook_policy.check_webhook_url`)."""
+        (:func:`~nbcast.delivery.webhook_policy.check_webhook_url`). A URL as
+        non-admins are shown it (``https://hooks.example.com/…a1b2``:
+        :mod:`nbcast.definitions.recipients`) is refused too: it is what a version
+        exported by an author holds, and posts nowhere. (Here rather than in
+        :meth:`check_recipient`, which every parse of a stored block runs: a masked
+        block must still parse.)"""
+        if is_masked_url(to):
+            return (
+                f"{clip(to)} is a masked webhook URL (only the tenant's admins see "
+                "webhook URLs whole): give the whole URL"
+            )
         try:
             check_webhook_url(to, load_webhook_policy(environ), resolve=False)
         except ConfigError as exc:

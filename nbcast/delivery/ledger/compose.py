@@ -6,6 +6,10 @@ files as attachments (``attaches_files``), a signed link per file (``sends_links
 recorded in ``signed_links``), the HTML rendition as the body (``html_body``), a
 signed one-click unsubscribe URL (``one_click_unsubscribe``). A late delivery's
 subject and summary say it is late, as its bannered renditions do.
+
+Links are per ledger row (:func:`~nbcast.delivery.links.delivery_link`): a retry of a
+row carries the links, tokens and all, that its first attempt carried, unless one
+was revoked or expired meanwhile (then a fresh one replaces it).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from sqlalchemy.orm import Session
 from nbcast.artifacts import ArtifactStore
 from nbcast.delivery.channels.base import Attachment, Channel, Message
 from nbcast.delivery.ledger.rows import ClaimedDelivery
-from nbcast.delivery.links import create_link
+from nbcast.delivery.links import delivery_link
 from nbcast.delivery.models import Rendition
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.signing import Signer
@@ -101,7 +105,7 @@ class Composer:
                 rendition = renditions[fmt]
                 assert rendition.sha256 is not None
                 links.append(
-                    create_link(
+                    delivery_link(
                         session,
                         self.signer,
                         tenant_id=row.tenant_id,

@@ -7,6 +7,10 @@ must never run as this origin's page. A rendition asked for with
 ``disposition=inline`` (the JupyterLab panel's links) is shown instead when it is HTML
 or PDF, under the signed links' policies (:func:`~.links.shown_policy`: HTML sandboxed,
 no script, nothing fetched); other files download either way.
+
+The executed notebook carries its version's ``nbcast`` block: its webhook URLs are
+masked for everyone but the tenant's admins, as everywhere
+(:mod:`nbcast.definitions.recipients`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 
 from jupyter_server.auth.decorator import authorized
 
+from nbcast.definitions.recipients import disclosure
 from nbcast.delivery.models import RenditionState
 from nbcast.errors import ConfigError
 from nbcast.executor.control import MAX_RUN_ID
@@ -74,7 +79,10 @@ class RunNotebookHandler(RunBase):
 
     def _notebook(self, run_id: int) -> tuple[RunDetail, bytes]:
         detail = self.detail(run_id)
-        return detail, self._artifact(detail.notebook_sha256, f"run {run_id} has no notebook")
+        data = self._artifact(detail.notebook_sha256, f"run {run_id} has no notebook")
+        with self.state.db.session() as session:
+            shown = disclosure(session, self.caller)
+        return detail, shown.notebook_bytes(data)
 
     def _artifact(self, sha256: str | None, missing: str) -> bytes:
         if sha256 is None:
