@@ -31,6 +31,16 @@ PUBLIC_MODULES = [
     "nbcast.daemon",
     "nbcast.artifacts",
     "nbcast.faults",
+    "nbcast.credentials",
+    "nbcast.db_roles",
+    # the kernel sandbox
+    "nbcast.sandbox",
+    "nbcast.sandbox.policy",
+    "nbcast.sandbox.view",
+    "nbcast.sandbox.launcher",
+    "nbcast.sandbox.enter",
+    "nbcast.sandbox.limits",
+    "nbcast.sandbox.support",
     # definitions
     "nbcast.definitions",
     "nbcast.definitions.notebook",
@@ -91,6 +101,13 @@ PUBLIC_MODULES = [
     "nbcast.executor.control",
     "nbcast.executor.kernels.zygote",
     "nbcast.executor.kernels.forked",
+    "nbcast.executor.kernels.sandboxed",
+    "nbcast.executor.kernels.slot",
+    "nbcast.executor.kernels.demand",
+    "nbcast.executor.worker_scope",
+    "nbcast.governance.ceilings",
+    "nbcast.governance.checkpoints",
+    "nbcast.definitions.recipients",
     "nbcast.scheduler.slots",
     "nbcast.scheduler.zones",
     # kernel side
@@ -164,6 +181,21 @@ def test_importing_nbcast_pulls_in_nothing_heavy() -> None:
         "import sys, nbcast, nbcast.warehouse, nbcast.output, nbcast.testing; "
         f"heavy = {set(HEAVY)!r} & {{m.split('.')[0] for m in sys.modules}}; "
         "print(sorted(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "[]"
+
+
+def test_joining_a_sandbox_needs_the_standard_library_only() -> None:
+    # The zygote imports nbcast.sandbox.enter before anything else, and forks kernels
+    # from that state: nothing but the standard library (and nbcast's package roots).
+    code = (
+        "import sys; before = set(sys.modules); import nbcast.sandbox.enter; "
+        "print(sorted(m for m in set(sys.modules) - before "
+        "if m.split('.')[0] not in sys.stdlib_module_names "
+        "and m not in ('nbcast', 'nbcast.errors', 'nbcast.sandbox', 'nbcast.sandbox.enter')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
