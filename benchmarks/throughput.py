@@ -27,7 +27,7 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.engines import engines
 from nbcast.executor.worker import Worker
-from nbcast.governance.tenants import set_quota
+from nbcast.governance.tenants import get_tenant, set_quota
 from nbcast.scheduler.control import run_now
 
 
@@ -43,6 +43,9 @@ def drain(engine_name: str, runs: int, concurrency: int, sandbox: bool) -> dict[
                 cpus_per_run=1,
                 memory_mb_per_run=256,
             )
+            # A local Ray without a token (RAY_AUTH_MODE=disabled, as `make` runs it) takes
+            # no sandboxed report on the host's network; these need none.
+            get_tenant(session, "default").sandbox_network = "none"
         publish(db, trivial_notebook(folder), caller=Caller(tenant="default", user="bench"))
         for i in range(runs):
             run_now(db, SystemClock(), Caller(tenant="default", user="bench"), "trivial", {"n": i})

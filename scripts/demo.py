@@ -334,6 +334,10 @@ def main() -> int:
     for source in notebooks:
         shutil.copy(source, workspace / source.name)
         nbcast("publish", str(workspace / source.name), "-m", "initial version", env=env)
+    # Every report's kernel runs in a sandbox; these read only the lake, so theirs get no
+    # network at all (and the demo's local Ray, which asks for no token, refuses a
+    # sandboxed report on the host's network: nbcast.executor.engines.ray).
+    nbcast("tenants", "set-network", "default", "none", env=env)
     sys.path.insert(0, str(REPO))  # run as a file: make `scripts` importable
     from scripts.demo_governance import governance_act, publish_regional
 

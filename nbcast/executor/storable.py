@@ -57,6 +57,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_TRACEBACK_ENTRIES",
     "MAX_USAGE_FILE_BYTES",
+    "MAX_USAGE_LINE_BYTES",
     "MAX_USAGE_RECORDS",
     "read_usage_file",
     "storable_error",
@@ -80,6 +81,9 @@ MAX_USAGE_RECORDS = 10_000
 
 MAX_USAGE_FILE_BYTES = 16 * 1024 * 1024
 """Bytes of an attempt's usage file read."""
+
+MAX_USAGE_LINE_BYTES = 64 * 1024
+"""The longest line of a usage file that is read (a query's record is a few hundred)."""
 
 KERNEL_SETUP = """\
 def _nbcast_sendable_messages():
@@ -259,7 +263,9 @@ def read_usage_file(path: Path) -> list[dict[str, Any]]:
     :data:`MAX_USAGE_FILE_BYTES` are read.
 
     The file is in the run folder, which the report may write: one it replaced with a
-    symbolic link (to a key the worker can read), a FIFO or a device is not read."""
+    symbolic link (to a key the worker can read), a FIFO or a device is not read, and a
+    line longer than :data:`MAX_USAGE_LINE_BYTES` (or nested past the parser's depth) is
+    skipped."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -277,9 +283,11 @@ def read_usage_file(path: Path) -> list[dict[str, Any]]:
             os.close(fd)
     records: list[Mapping[str, Any]] = []
     for line in data.split(b"\n")[:-1]:  # the last piece is b"" or a torn write
+        if len(line) > MAX_USAGE_LINE_BYTES:  # the report writes this file: bounded
+            continue
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, Mapping):
             records.append(item)

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,6 +91,13 @@ def worker_scope(
         )
         return WorkerScope(None, chosen)
     support = sandbox_support()
+    if support.available and support.mode == "userns" and set(os.getgroups()) - {os.getgid()}:
+        log.warning(
+            "this worker's user has supplementary groups (%s): in a user namespace its "
+            "reports keep them outside, and may read what those groups may read; run the "
+            "worker as a user without them, or as root",
+            ", ".join(map(str, sorted(os.getgroups()))),
+        )
     if support.available:
         template = default_template(
             work_dir=work_dir, artifacts=artifacts, home=home, database_file=database_file

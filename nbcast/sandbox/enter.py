@@ -192,8 +192,9 @@ def enter(plan: Mapping[str, Any]) -> int:
     ``plan``: ``pid`` (the sandbox's first process), ``namespaces`` (kind -> inode, as
     bubblewrap reported them), ``uid``, ``gid``, ``limits`` (``RLIMIT_*`` -> value),
     ``cgroup_procs`` (the ``cgroup.procs`` files of the attempt's cgroup, if any),
-    ``clear_groups``. The caller must be single-threaded (``setns`` of a user namespace
-    requires it).
+    ``clear_groups``, ``umask``; :func:`main` also reads ``cwd`` and ``quiet`` (stdout
+    and stderr to ``/dev/null``). The caller must be single-threaded (``setns`` of a user
+    namespace requires it).
     """
     uid, gid = int(plan["uid"]), int(plan["gid"])
     opened = _open_namespaces(int(plan["pid"]), plan["namespaces"])
@@ -263,6 +264,11 @@ def main(argv: Sequence[str]) -> int:
         cwd = plan.get("cwd")
         if cwd:
             os.chdir(cwd)
+        if plan.get("quiet"):  # a kernel: a report must not write into the worker's log
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
         os.execvp(command[0], command)
     except OSError as exc:
         print(f"nbcast sandbox: cannot run {command[0]}: {exc}", file=sys.stderr)

@@ -21,12 +21,18 @@ exits, and so does the init.
   namespace and see no file outside its mount namespace) and the services'
   ``PR_SET_DUMPABLE=0``; run workers as root for a uid of the tenant's own.
 
-No ``--die-with-parent``: its signal comes when the *thread* that started bubblewrap
-ends, and the pool starts sandboxes from worker threads.
+**Gone with its worker.** ``--die-with-parent``: the sandbox's init is killed when the
+worker dies, whatever state the report put the stub in (in the ``userns`` mode the stub
+is the tenant's uid inside, and could be stopped). Its signal comes when the *thread*
+that started bubblewrap ends, so every sandbox is started from one long-lived thread
+of the worker's (:data:`_STARTER`). Besides, a worker that dies closes the stub's pipe.
+A cgroup namespace of its own (where the kernel has them) keeps the host's cgroup paths
+out of its ``/proc/self/cgroup``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -43,6 +49,10 @@ from nbcast.sandbox.policy import Network, SandboxSpec
 from nbcast.sandbox.view import Bind, python_paths, system_binds
 
 __all__ = ["READY_TIMEOUT_S", "Sandbox", "SandboxError", "bwrap_command"]
+
+_STARTER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbcast-sandboxes")
+"""The one thread that starts every sandbox: ``--die-with-parent`` ties a sandbox to the
+thread that started it, and this one lives as long as the worker."""
 
 READY_TIMEOUT_S = 30.0
 """How long bubblewrap may take to build a sandbox before it is killed."""
@@ -80,14 +90,17 @@ def bwrap_command(
     sandbox shows as ``/etc/passwd`` and ``/etc/group``, and the empty file hidden files
     are covered with.
     """
-    command = [bwrap, "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    command = [bwrap, "--new-session", "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+    command += ["--unshare-uts", "--unshare-cgroup-try"]
     if mode == "privileged":  # bubblewrap run by root keeps capabilities unless told
         command += ["--cap-drop", "ALL"]
     command += ["--hostname", "nbcast-sandbox"]
     if spec.network is Network.none:
         command.append("--unshare-net")
-    if mode == "userns":
-        command += ["--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid)]
+    if mode == "userns":  # and no user namespace of the report's own: they would count
+        # against the worker user's limit, and every other tenant's sandbox needs one
+        command += ["--unshare-user", "--disable-userns"]
+        command += ["--uid", str(spec.uid), "--gid", str(spec.gid)]
     made: set[str] = set()
 
     def make_parents(path: str) -> None:
@@ -200,7 +213,8 @@ class Sandbox:
                 info_fd=info_w,
                 bwrap=program,
             )
-            process = subprocess.Popen(
+            process = _STARTER.submit(
+                subprocess.Popen,
                 command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -208,7 +222,7 @@ class Sandbox:
                 pass_fds=[info_w],
                 start_new_session=True,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )
+            ).result()
         except BaseException:
             os.close(info_r)
             shutil.rmtree(identity_dir, ignore_errors=True)

@@ -9,11 +9,17 @@ kernel, :mod:`nbcast.sandbox.enter`), inherited by everything the report starts:
   allocator arenas, ~250 MB virtual for ~100 MB resident): a process that allocates
   past it gets ``MemoryError`` in the cell that tried, and the run fails with that
   error;
-- ``RLIMIT_NPROC`` = ``processes * (concurrency + 1)`` — counted by the kernel per
-  *real uid* on the whole machine, so it bounds the tenant, not one attempt, and only
-  when the tenant has a uid of its own (the ``privileged`` mode; in the ``userns``
-  mode that uid is the worker's, whose own threads would count);
-- ``RLIMIT_CORE`` = 0: a crashing report leaves no core file with its data.
+- ``RLIMIT_NPROC``: in the ``privileged`` mode, ``processes * (concurrency + 1)`` for
+  the tenant's uid on the whole machine (the kernel counts it per real uid); in the
+  ``userns`` mode, ``processes`` — counted per user namespace, so per sandbox;
+- ``RLIMIT_CORE`` = 0: a crashing report leaves no core file with its data;
+- **without a cgroup** also ``RLIMIT_AS`` (the quota plus :data:`AS_HEADROOM_MB`: shared
+  and ``memfd`` mappings, which ``RLIMIT_DATA`` does not count, are counted there),
+  ``RLIMIT_FSIZE`` (the quota: no single file — a ``memfd`` or a file in ``/dev/shm``
+  included — grows past it; the attempt's own tmpfs ``/tmp`` and ``/dev/shm`` are
+  bounded besides) and ``RLIMIT_NOFILE`` (:data:`MAX_OPEN_FILES`). That bounds each
+  process and each file, not the attempt as a whole: only a cgroup does, and the worker
+  says so once in its log when it cannot make one.
 
 **A cgroup per attempt** (:class:`AttemptCgroup`), when the worker may make them —
 cgroup v2 with the ``pids`` and ``memory`` controllers delegated to it (a systemd unit
@@ -38,21 +44,40 @@ from dataclasses import dataclass
 
 from nbcast.sandbox.policy import SandboxSpec
 
-__all__ = ["DATA_HEADROOM_MB", "AttemptCgroup", "CgroupTree", "cgroup_tree", "resource_limits"]
+__all__ = [
+    "AS_HEADROOM_MB",
+    "DATA_HEADROOM_MB",
+    "MAX_OPEN_FILES",
+    "AttemptCgroup",
+    "CgroupTree",
+    "cgroup_tree",
+    "resource_limits",
+]
 
 DATA_HEADROOM_MB = 256
 """Writable virtual memory a kernel may have beyond its tenant's memory quota."""
+AS_HEADROOM_MB = 1024
+"""Address space a kernel may have beyond its quota (an idle one maps ~900 MB)."""
+MAX_OPEN_FILES = 1024
+"""Open files of one process of an attempt without a cgroup."""
 
 log = logging.getLogger(__name__)
 _MIB = 1024 * 1024
 _ROOT = "/sys/fs/cgroup"
 
 
-def resource_limits(spec: SandboxSpec, *, mode: str) -> dict[str, int]:
-    """The ``RLIMIT_*`` values of an attempt's processes (module docstring)."""
+def resource_limits(spec: SandboxSpec, *, mode: str, cgroup: bool = False) -> dict[str, int]:
+    """The ``RLIMIT_*`` values of an attempt's processes (module docstring); ``cgroup``
+    says whether the attempt has a cgroup of its own."""
     limits = {"RLIMIT_DATA": (spec.memory_mb + DATA_HEADROOM_MB) * _MIB, "RLIMIT_CORE": 0}
     if mode == "privileged":
         limits["RLIMIT_NPROC"] = spec.processes * (spec.concurrency + 1)
+    else:
+        limits["RLIMIT_NPROC"] = spec.processes
+    if not cgroup:
+        limits["RLIMIT_AS"] = (spec.memory_mb + AS_HEADROOM_MB) * _MIB
+        limits["RLIMIT_FSIZE"] = spec.memory_mb * _MIB
+        limits["RLIMIT_NOFILE"] = MAX_OPEN_FILES
     return limits
 
 

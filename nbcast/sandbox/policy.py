@@ -14,6 +14,7 @@ services' own. Two nbcast installations on one machine need different bases.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -187,6 +188,12 @@ def default_template(
 
     env = os.environ if environ is None else environ
     home = home or env.get("NBCAST_HOME") or os.path.expanduser("~/.nbcast")
+    # Made now if missing: a folder that appears under a shown one after a sandbox was
+    # built would not be covered in it (the artifact store is made at its first write).
+    for folder in (home, work_dir, artifacts):
+        if "://" not in folder:
+            with contextlib.suppress(OSError):
+                os.makedirs(folder, mode=0o700, exist_ok=True)
     extra = [work_dir, artifacts]
     if database_file:
         extra.append(database_file)

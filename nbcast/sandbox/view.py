@@ -6,8 +6,10 @@ A kernel sees, all read-only unless said otherwise:
   links or folders beside it) and a short list of ``/etc`` files programs need to
   resolve names, verify TLS certificates, load libraries and tell the time
   (:data:`ETC_FILES`) — never all of ``/etc``, where services keep their secrets;
-- the Python environment the kernel runs in: the interpreter's prefixes and every
-  folder on ``sys.path`` (a project installed in development mode included);
+- the Python environment the kernel runs in: the interpreter's prefixes, its standard
+  library and site-packages, and the folders site-packages' ``.pth`` files add (a
+  project installed in development mode) — not the worker's working directory or
+  script folder, nor any folder that holds the user's home;
 - a ``/etc/passwd`` and ``/etc/group`` of its own naming the tenant's user;
 - the tenant's lake scope (:attr:`~nbcast.sandbox.policy.SandboxSpec.readonly`);
 - its run folder, read-write, at the same path as outside (the kernel's sockets live
@@ -26,7 +28,9 @@ with an empty filesystem before the run folder is shown.
 from __future__ import annotations
 
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +49,8 @@ ETC_FILES: tuple[str, ...] = (
     "/etc/gai.conf",
     "/etc/services",
     "/etc/protocols",
-    "/etc/ssl",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
     "/etc/ca-certificates",
     "/etc/pki",
     "/etc/crypto-policies",
@@ -88,27 +93,62 @@ def _covered(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def _pth_folders(site_packages: Sequence[str]) -> list[str]:
+    """Folders the ``.pth`` files of ``site_packages`` add to ``sys.path`` (a project
+    installed in development mode, say); their ``import`` lines are not run."""
+    found: list[str] = []
+    for folder in site_packages:
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".pth"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                    lines = f.read(65536).splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.strip()
+                if line and not line.startswith(("#", "import ", "import\t")):
+                    path = line if os.path.isabs(line) else os.path.join(folder, line)
+                    found.append(path)
+    return found
+
+
 def python_paths(extra: Sequence[str] = ()) -> list[str]:
     """The folders of this Python environment a kernel needs, outermost only.
 
-    Real paths (links resolved) of the interpreter's prefixes, the interpreter's own
-    folder and every existing folder on ``sys.path``, plus ``extra``.
+    The interpreter's prefixes and its own folder, the standard library and
+    site-packages folders, and the folders site-packages' ``.pth`` files add (a
+    project installed in development mode), plus ``extra`` — real paths, links
+    resolved. Not every folder on ``sys.path``: that also holds the working directory
+    and the folder of whatever script started the worker (a Ray worker's driver's
+    too), which are nobody's to show. A folder that is, or holds, the user's home is
+    never shown.
     """
+    paths = sysconfig.get_paths()
+    site_packages = [paths["purelib"], paths["platlib"], *site.getsitepackages()]
     candidates = [
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
         sys.base_exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
-        *sys.path,
+        paths["stdlib"],
+        paths["platstdlib"],
+        *site_packages,
+        *_pth_folders(site_packages),
         *extra,
     ]
+    home = os.path.realpath(os.path.expanduser("~"))
     found: set[str] = set()
     for candidate in candidates:
         if not candidate:
             continue
         for path in {os.path.abspath(candidate), os.path.realpath(candidate)}:
-            if os.path.isdir(path) and path != "/":
+            holds_home = home == path or home.startswith(path.rstrip("/") + "/")
+            if os.path.isdir(path) and path != "/" and not holds_home:
                 found.add(path)
     outermost: list[str] = []
     for path in sorted(found, key=len):

@@ -149,13 +149,19 @@ def test_the_command_line_sets_ceilings_and_refuses_an_admin_in_one_line(
     from tests.governance.cli import act_as
 
     monkeypatch.delenv("NBCAST_DATABASE_URL", raising=False)
-    assert act_as(capsys, monkeypatch, "boss", "tenants", "create", "acme", "--admin", "ada")[0] == 0
+    assert (
+        act_as(capsys, monkeypatch, "boss", "tenants", "create", "acme", "--admin", "ada")[0] == 0
+    )
     monkeypatch.setenv("NBCAST_TENANT", "acme")
-    code, _, err = act_as(capsys, monkeypatch, "ada", "tenants", "set-quota", "acme", "--share", "1e6")
+    code, _, err = act_as(
+        capsys, monkeypatch, "ada", "tenants", "set-quota", "acme", "--share", "1e6"
+    )
     assert code == 2
     assert err.startswith("error: share 1,000,000.0 is above the tenant's ceiling of 1.0")
     assert len(err.strip().splitlines()) == 1
-    code, _, err = act_as(capsys, monkeypatch, "ada", "tenants", "set-ceiling", "acme", "--share", "9")
+    code, _, err = act_as(
+        capsys, monkeypatch, "ada", "tenants", "set-ceiling", "acme", "--share", "9"
+    )
     assert code == 2
     assert err.startswith("error:")
     code, out, _ = act_as(
@@ -164,4 +170,6 @@ def test_the_command_line_sets_ceilings_and_refuses_an_admin_in_one_line(
     )  # fmt: skip
     assert code == 0
     assert out.strip() == "tenant acme ceilings: share=9.0, budget_warehouse_bytes_per_day=none"
-    assert act_as(capsys, monkeypatch, "ada", "tenants", "set-quota", "acme", "--share", "9")[0] == 0
+    assert (
+        act_as(capsys, monkeypatch, "ada", "tenants", "set-quota", "acme", "--share", "9")[0] == 0
+    )

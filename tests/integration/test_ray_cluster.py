@@ -16,7 +16,7 @@ from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.models import Run, RunAttempt
-from nbcast.governance.tenants import set_quota
+from nbcast.governance.tenants import get_tenant, set_quota
 from nbcast.scheduler.control import run_now
 from tests.notebooks import make_notebook
 
@@ -30,6 +30,9 @@ def test_runs_run_on_both_nodes(ray_cluster: str, pg_url: str, tmp_path: Path) -
     _reset_postgres(db)
     with db.session() as session:
         set_quota(session, "default", max_concurrent_runs=2, cpus_per_run=1, memory_mb_per_run=256)
+        # The test cluster asks for no token: a sandboxed report on the host's network
+        # could submit jobs to it, so such a tenant is refused (nbcast.executor.engines.ray).
+        get_tenant(session, "default").sandbox_network = "none"
     path = make_notebook(
         tmp_path / "nap.ipynb",
         parameters="seconds = 4\n",

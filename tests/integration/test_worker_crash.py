@@ -28,7 +28,7 @@ from nbcast.executor.leases import Lease
 from nbcast.executor.models import Run, RunAttempt
 from nbcast.executor.queue import RunQueue
 from nbcast.executor.quotas import Quota
-from nbcast.governance.tenants import set_quota
+from nbcast.governance.tenants import get_tenant, set_quota
 from nbcast.scheduler.control import run_now
 from tests.notebooks import make_notebook
 
@@ -88,6 +88,7 @@ def test_sigkilled_workers_leave_exactly_one_success(
     _reset_postgres(db)
     with db.session() as session:
         set_quota(session, "default", max_attempts=KILLS + 2)
+        get_tenant(session, "default").sandbox_network = "none"  # Ray without a token
     path = make_notebook(
         tmp_path / "slow.ipynb",
         parameters="seconds = 3\n",

@@ -222,9 +222,10 @@ support = sandbox_support()
 assert support.available and support.mode == "userns", support
 box = Sandbox.start(SandboxSpec(tenant="acme", uid={UID}, gid={UID}), {str(run)!r}, mode="userns")
 plan = json.dumps(box.plan(limits={{}}))
-probe = ("import os, json; status = open('/proc/self/status').read(); "
+probe = ("import os, json, subprocess; status = open('/proc/self/status').read(); "
+         "userns = subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode; "
          "print(json.dumps([os.getuid(), sorted(os.listdir('/tmp')), "
-         "status.split('CapEff:')[1].split()[0]]))")
+         "status.split('CapEff:')[1].split()[0], userns]))")
 enter = ("import sys; sys.path.insert(0, {str(REPO)!r}); "
          "from nbcast.sandbox.enter import main; sys.exit(main(sys.argv[1:]))")
 done = subprocess.run([sys.executable, "-S", "-c", enter, plan, "--", sys.executable, "-c", probe],
@@ -247,7 +248,8 @@ print(done.stdout.strip() or done.stderr.strip())
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("["), done.stdout
-    uid, tmp, caps = json.loads(last)
+    uid, tmp, caps, userns = json.loads(last)
     assert uid == UID
     assert tmp == [root.name]
     assert int(caps, 16) == 0
+    assert userns != 0  # no user namespace of its own: they count against the worker's

@@ -86,6 +86,7 @@ def test_the_operator_routes_are_the_tenants() -> None:
     assert OPERATOR_PATHS == [
         "/nbcast/api/v1/tenants",
         "/nbcast/api/v1/tenants/{tenant}",
+        "/nbcast/api/v1/tenants/{tenant}/ceilings",
         "/nbcast/api/v1/tenants/{tenant}/quota",
     ]
 

@@ -14,6 +14,14 @@ resource at its concurrency quota; ``"auto"`` or ``"ray://host:10001"`` joins a
 cluster. Runs started, succeeded and failed are counted per tenant with
 ``ray.util.metrics`` (``nbcast_runs_started`` and so on), next to Ray's own metrics.
 
+**Sandboxes and the cluster.** A sandboxed kernel on its tenant's ``host`` network
+reaches whatever the Ray node reaches, the cluster's GCS and dashboard included; a Ray
+that asks for no token (``RAY_AUTH_MODE=disabled``) would take a job from it and run it
+as the Ray workers' user, outside any sandbox. So with Ray's token auth off, an
+attempt of a tenant whose network is ``host`` is refused at submit
+(``submit_refused``, not retried): turn token auth on (Ray's default), or give such
+tenants ``network: none``.
+
 Tasks never write to the database: the worker that holds the lease records their
 outcome through fenced writes, so a task that outlives its lease cannot complete
 its run. Within a Ray worker process, kernels come from a process-local warm pool
@@ -66,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import RunState
+from nbcast.sandbox.policy import Network
 
 if TYPE_CHECKING:
     from nbcast.db import Database
@@ -95,6 +104,12 @@ def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
     outcome = execute_attempt(job, pool=_POOL)
     node = ray.get_runtime_context().get_node_id()
     return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")
+
+
+def auth_disabled() -> bool:
+    """Whether this process talks to Ray without token auth (``RAY_AUTH_MODE=disabled``;
+    Ray's default, since 2.5x, is token auth)."""
+    return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled"
 
 
 def resource_name(tenant: str) -> str:
@@ -180,6 +195,14 @@ class RayEngine(Engine):
         )
 
     def submit(self, job: AttemptJob, resources: Resources) -> None:
+        if job.sandbox is not None and job.sandbox.network is Network.host and auth_disabled():
+            # A kernel on the host's network would reach the cluster's dashboard and GCS,
+            # which then take its jobs, run as the Ray workers' user outside any sandbox.
+            raise ValueError(
+                "Ray runs without token auth (RAY_AUTH_MODE=disabled): a sandboxed report "
+                f"of tenant {resources.tenant} with network host could submit jobs to it; "
+                "turn Ray's token auth on, or set the tenant's network to none"
+            )
         custom = resource_name(resources.tenant)
         options: dict[str, Any] = {
             "name": job.label,

@@ -18,10 +18,13 @@ What it decides:
   kernel in a network namespace of its own (``network: none``) has no loopback in
   common with the worker, other tenants' kernels cannot even connect to its ports,
   and no port can be taken by another process between choosing and binding it.
-- **The kernel's environment** is :func:`~nbcast.executor.kernels.environment.kernel_environment`'s,
-  without Ray's variables (the address of the cluster it must not reach), with
-  ``HOME``, ``TMPDIR`` and the caches in its private ``/tmp`` and ``USER`` named for
-  its tenant.
+- **The kernel's environment** holds only what :data:`PASSED` names (locale, time zone,
+  certificate bundles, proxies, thread counts, ``NBCAST_LAKE``…) of the worker's —
+  an allow-list: a worker's own cloud credentials or tokens, whatever their names,
+  never reach a tenant's code — plus ``NBCAST_SANDBOX_ENV``'s names (comma-separated,
+  for an installation that means to hand reports a variable), with ``HOME``,
+  ``TMPDIR`` and the caches in its private ``/tmp`` and ``USER`` named for its
+  tenant.
 - **A kernel that is not forked** (another kernelspec, or forked kernels turned off)
   is started through ``python -I -m nbcast.sandbox.enter``, which joins the same
   sandbox before it ``exec`` s the kernelspec's command.
@@ -40,18 +43,47 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from nbcast.executor.kernels.environment import is_withheld
 from nbcast.sandbox.launcher import Sandbox, SandboxError
 from nbcast.sandbox.limits import AttemptCgroup, cgroup_tree, resource_limits
 from nbcast.sandbox.policy import SandboxSpec
 from nbcast.sandbox.support import sandbox_support
 
-__all__ = ["MAX_FOLDER_PATH", "KernelBox", "sandbox_environment", "sandbox_root"]
+__all__ = ["MAX_FOLDER_PATH", "PASSED", "KernelBox", "sandbox_environment", "sandbox_root"]
 
 MAX_FOLDER_PATH = 90
 """The longest run-folder path: the kernel's sockets (``<folder>/k-<n>``) must fit in
 a unix socket's 107 bytes."""
 
-_WITHHELD_PREFIXES = ("RAY_",)
+PASSED = frozenset(
+    {
+        "PATH",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "NBCAST_LAKE",
+        "MPLBACKEND",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_MAX_THREADS",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    }
+)
+"""The worker's variables a sandboxed kernel gets (``LC_*`` too)."""
 _root_lock = threading.Lock()
 _roots: list[str] = []
 
@@ -77,7 +109,10 @@ def sandbox_root() -> str:
 
 def sandbox_environment(base: Mapping[str, str], spec: SandboxSpec) -> dict[str, str]:
     """A sandboxed kernel's environment (module docstring)."""
-    env = {k: v for k, v in base.items() if not k.startswith(_WITHHELD_PREFIXES)}
+    extra = {n.strip() for n in os.environ.get("NBCAST_SANDBOX_ENV", "").split(",") if n.strip()}
+    withheld = {n for n in extra if is_withheld(n)}  # nbcast's own secrets, never
+    wanted = (PASSED | extra) - withheld
+    env = {k: v for k, v in base.items() if k in wanted or k.startswith("LC_")}
     user = f"nbcast-{spec.tenant}"[:32]
     env.update(
         HOME="/tmp",
@@ -137,7 +172,7 @@ class KernelBox:
                 cgroup.remove()
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        limits = resource_limits(spec, mode=support.mode)
+        limits = resource_limits(spec, mode=support.mode, cgroup=cgroup is not None)
         return cls(spec, folder, sandbox, cgroup, limits)
 
     def manager_settings(self) -> dict[str, Any]:
@@ -155,7 +190,8 @@ class KernelBox:
     def plan(self) -> dict[str, Any]:
         """How a process joins this box's sandbox (:func:`nbcast.sandbox.enter.enter`)."""
         procs = self.cgroup.procs if self.cgroup is not None else []
-        return self.sandbox.plan(limits=self.limits, cgroup_procs=procs)
+        # quiet: a kernel's own stdout and stderr go nowhere, not into the worker's log
+        return {**self.sandbox.plan(limits=self.limits, cgroup_procs=procs), "quiet": True}
 
     def command(self, cmd: list[str]) -> list[str]:
         """``cmd`` run inside the sandbox by a process that joins it first."""

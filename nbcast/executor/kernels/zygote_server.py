@@ -19,8 +19,9 @@ Design decisions:
   ``pthread_atfork`` handler.
 - **The child is** ``python -m ipykernel_launcher -f FILE``: ``setsid()``, ``chdir``,
   the requested environment *replaces* ``os.environ`` (plus variables the preloads set,
-  e.g. debugpy's), stdin ``/dev/null``, stdout and stderr inherited, the
-  launcher's ``sys.argv``; then ``IPKernelApp`` ``initialize``/``start``, ``atexit``
+  e.g. debugpy's), stdin ``/dev/null``, stdout and stderr inherited (``/dev/null`` for a
+  sandboxed kernel: a report must not write into the worker's log), the launcher's
+  ``sys.argv``; then ``IPKernelApp`` ``initialize``/``start``, ``atexit``
   handlers and ``os._exit`` (the zygote's stack never unwinds in a child). Setup errors
   (a missing ``cwd``) are reported back and raised by the client's ``Zygote.spawn``, as
   ``Popen`` would.
@@ -243,6 +244,7 @@ class _Server:
         with contextlib.suppress(ChildProcessError):
             while (waited := os.waitpid(-1, os.WNOHANG))[0]:
                 self.children.discard(waited[0])
+                self.adopted.discard(waited[0])  # never signal a pid that may be reused
                 self.exit_codes[waited[0]] = os.waitstatus_to_exitcode(waited[1])
                 if len(self.exit_codes) > _KEEP_EXIT_CODES:
                     del self.exit_codes[next(iter(self.exit_codes))]
@@ -351,8 +353,11 @@ class _Server:
             for key, value in self.env_set.items():  # what the preloads did to os.environ
                 os.environ.setdefault(key, value)
             os.environ["JPY_PARENT_PID"] = str(self.worker.pid)
-            devnull = os.open(os.devnull, os.O_RDONLY)
+            devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
+            if self.sandboxed:  # a report must not write into the worker's log
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
             os.close(devnull)
             sys.argv = [self.launcher, *argv]
             options = sys.orig_argv[: sys.orig_argv.index("-m")]  # interpreter and options
