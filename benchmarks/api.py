@@ -46,7 +46,8 @@ from nbcast.testing.http import free_port
 REPO = Path(__file__).resolve().parents[1]
 TENANTS = (("acme", 950), ("globex", 25), ("initech", 25))
 """Tenants and their definitions; runs are spread evenly over the definitions."""
-CALLER = Caller(tenant="acme", user="bench")
+CALLER = Caller(tenant="acme", user="jupyter:bench")
+"""The server's user bench (a jupyter identity: :mod:`nbcast.access`), acme's author."""
 
 
 # -- seeding -------------------------------------------------------------------------
@@ -64,7 +65,7 @@ def seed(url: str, runs: int) -> None:
         conn.execute(
             sa.text(
                 "INSERT INTO users (tenant_id, name, role, created_at) "
-                "SELECT id, 'bench', 'author', now() FROM tenants WHERE name <> 'default'"
+                "SELECT id, 'jupyter:bench', 'author', now() FROM tenants WHERE name <> 'default'"
             )
         )
         offset = 0

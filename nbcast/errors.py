@@ -168,7 +168,24 @@ class ParameterValueError(DefinitionError):
 
 
 class DuplicateDefinitionError(DefinitionError):
-    """A definition of that name already exists, published from another file."""
+    """A definition of that name already exists, published from another file.
+
+    ``name``, ``bound_to`` (the file the definition is bound to) and ``given`` (the
+    file of the refused publish) let a face word the refusal its own way: the server
+    shows no absolute path of its own file system."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        bound_to: str | None = None,
+        given: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.bound_to = bound_to
+        self.given = given
 
 
 class UnknownDefinitionError(DefinitionError, NotFoundError):

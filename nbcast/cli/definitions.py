@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from nbcast.access import Caller
+from nbcast.access import Caller, Source
 from nbcast.cli.app import VERSION, AppContext, pass_app
 from nbcast.cli.output import emit_json, table, when
 
@@ -35,7 +35,9 @@ def publish(
     result = do_publish(
         app.db,
         prepared,
-        caller=Caller(tenant=app.settings.tenant, user=author or app.settings.user),
+        caller=Caller.of(  # an OS identity, as every command's (AppContext.caller)
+            tenant=app.settings.tenant, name=author or app.settings.user, source=Source.os
+        ),
         name=name,
         message=message,
         now=app.clock.now(),

@@ -266,11 +266,18 @@ def links_list(
 @click.argument("link_id", type=int)
 @pass_app
 def links_revoke(app: AppContext, link_id: int) -> None:
-    """Revoke a signed link: it stops opening at once."""
+    """Revoke a signed link: it stops opening at once. A link that cannot be revoked
+    (none of that id in the tenant, or revoked already) is an error: exit status 2."""
     from nbcast.delivery.commands import revoke_link
+    from nbcast.errors import LinkError
+    from nbcast.limits import clip
 
-    done = revoke_link(app.db, app.clock, app.caller, link_id)
-    click.echo(f"link {link_id}: " + ("revoked" if done else "no such link, or already revoked"))
+    if not revoke_link(app.db, app.clock, app.caller, link_id):
+        raise LinkError(
+            f"link {clip(link_id)}: no such link in tenant {app.caller.tenant}, "
+            "or it is revoked already"
+        )
+    click.echo(f"link {link_id}: revoked")
 
 
 def _more(cursor: str | None) -> None:

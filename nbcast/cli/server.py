@@ -21,13 +21,31 @@ MAX_BODY_BYTES = 40 * 1024 * 1024
     help="Run the scheduler, a worker and a delivery worker as supervised children "
     "(default: with the embedded database).",
 )
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    default=False,
+    help="Start even though requests would not be authenticated (an empty token and "
+    "no password): anyone who can connect acts as the server's owner. Without it, "
+    "such a configuration is refused.",
+)
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def serve(ip: str, port: int, embedded_services: bool | None, server_args: tuple[str, ...]) -> None:
+def serve(
+    ip: str,
+    port: int,
+    embedded_services: bool | None,
+    no_auth: bool,
+    server_args: tuple[str, ...],
+) -> None:
     """Start a jupyter-server with nbcast's extension alone: the API under
     /nbcast/api/v1, the status page at /nbcast/, signed links, unsubscribe and metrics.
     It prints its URL with the token. Further arguments go to jupyter-server
-    (e.g. --ServerApp.base_url=/reports/ or --NbcastApp.tenant_map=…)."""
+    (e.g. --ServerApp.base_url=/reports/ or --NbcastApp.tenant_map=…). A configuration
+    in which jupyter-server would not authenticate requests (e.g.
+    --IdentityProvider.token='' without a password) is refused, exit status 2, unless
+    --no-auth is given."""
     from nbcast.server_extension.app import ServeApp
+    from nbcast.server_extension.authentication import NO_AUTH_OPTION
 
     argv = [
         f"--ServerApp.ip={ip}",
@@ -44,6 +62,8 @@ def serve(ip: str, port: int, embedded_services: bool | None, server_args: tuple
     ]
     if embedded_services is not None:
         argv.append(f"--NbcastApp.embedded_services={embedded_services}")
+    if no_auth:
+        argv.append(NO_AUTH_OPTION)
     ServeApp.launch_instance(argv=[*argv, *server_args])  # type: ignore[no-untyped-call]
 
 

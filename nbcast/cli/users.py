@@ -1,7 +1,10 @@
 """``nbcast users``: the members of a tenant and their roles; operators.
 
-Acts in the tenant named by ``--tenant`` (or ``NBCAST_TENANT``) as ``NBCAST_USER``
-(default: the login name); see :mod:`nbcast.governance.roles` for who may do what.
+Acts in the tenant named by ``--tenant`` (or ``NBCAST_TENANT``) as the OS user
+``NBCAST_USER`` (default: the login name); see :mod:`nbcast.governance.roles` for who
+may do what. NAME is an identity (:mod:`nbcast.access`): ``ada`` is the OS user ada,
+who acts through this command; ``jupyter:alice`` is the user alice of the server
+(jupyter-server's identity provider). The two never share a role.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ ROLES = click.Choice(["viewer", "author", "admin"])
 
 @click.group()
 def users() -> None:
-    """Members of the tenant and their roles (admin, author, viewer)."""
+    """Members of the tenant and their roles (admin, author, viewer).
+
+    NAME is an OS user (ada: whoever acts as NBCAST_USER=ada) or a user of the
+    server, written jupyter:NAME (jupyter:alice)."""
 
 
 @users.command("add")
@@ -27,7 +33,7 @@ def users() -> None:
 @click.option("--email", default=None, help="Where SLA alerts for their reports go.")
 @pass_app
 def users_add(app: AppContext, name: str, role: str, email: str | None) -> None:
-    """Add NAME to the tenant (admins)."""
+    """Add NAME to the tenant (admins); jupyter:NAME for a user of the server."""
     from nbcast.governance.members import add_member
 
     member = add_member(app.db, app.clock, app.caller, name, role, email)

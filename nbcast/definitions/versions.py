@@ -236,7 +236,10 @@ def publish(
         elif definition.source_path != prepared.source_path:
             raise DuplicateDefinitionError(
                 f"definition {prepared.name!r} was published from {definition.source_path}; "
-                f"choose another --name for {prepared.source_path}"
+                f"choose another --name for {prepared.source_path}",
+                name=prepared.name,
+                bound_to=definition.source_path,
+                given=prepared.source_path,
             )
         latest = _latest(session, definition)
         if latest is not None and latest.sha256 == prepared.sha256:

@@ -18,8 +18,10 @@ anonymise addresses). That is enough to tell "opened from the office network" fr
 "opened from somewhere else", and to see a mail scanner fetch a link, without
 keeping a personal address that could place one reader. A hash of the whole address
 was considered and rejected: 2³² IPv4 addresses are hashed in seconds, so it would
-hide nothing. Behind a reverse proxy the address is what jupyter-server reports
-(``ServerApp.trust_xheaders`` makes it the forwarded one).
+hide nothing. Behind a reverse proxy the address is the one a trusted proxy forwarded
+(``ServerApp.trust_xheaders`` and ``NbcastApp.trusted_proxies``:
+:mod:`nbcast.server_extension.forwarded`); a client's own forwarding headers are not
+believed, so the network recorded is the one the request really came from.
 
 :func:`opens_of_run` lists a run's openings for the run page;
 :func:`nbcast.delivery.queries.open_counts` counts them per link for ``nbcast links
@@ -40,6 +42,7 @@ from nbcast.access import Caller
 from nbcast.artifacts import ArtifactStore
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database, UTCDateTime
+from nbcast.definitions.recipients import disclosure
 from nbcast.delivery.links import PURPOSE
 from nbcast.delivery.models import LinkOpen, SignedLink
 from nbcast.delivery.queries import require_run
@@ -337,6 +340,7 @@ def opens_of_run(
     tenant = readable_tenant(session, caller)
     require_run(session, tenant, run_id)
     count = max(1, min(limit, MAX_OPENS_LISTED))
+    shown = disclosure(session, caller)  # a webhook URL is masked but for admins
     rows = session.execute(
         sa.select(LinkOpen, SignedLink.recipient, SignedLink.filename)
         .join(SignedLink, SignedLink.id == LinkOpen.link_id)
@@ -349,7 +353,7 @@ def opens_of_run(
             link_id=row.link_id,
             run_id=row.run_id,
             delivery_id=row.delivery_id,
-            recipient=recipient,
+            recipient=shown.recipient(recipient),
             filename=filename,
             opened_at=row.opened_at,
             network=row.network,

@@ -5,6 +5,12 @@ An admin of the tenant (or an operator) adds a member with a role, changes a mem
 role, or removes them; anyone in the tenant lists its members. A tenant always keeps
 one admin: removing or demoting the last one is refused. Operators grant and revoke
 the operator role; the last operator cannot be revoked.
+
+People are named by identity (:mod:`nbcast.access`): ``ada`` is the OS user ada, who
+acts through the command line; ``jupyter:alice`` is the jupyter-server user alice, who
+acts through the server. ``nbcast users add alice`` therefore gives the *command
+line's* alice a role; the colleague who signs in to the server as alice is added as
+``jupyter:alice``. The two are different people to every check, whatever their names.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from nbcast.access import Caller
+from nbcast.access import JUPYTER_PREFIX, MAX_JUPYTER_NAME, Caller, source_of
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
 from nbcast.errors import ConfigError, ConflictError, NotFoundError
@@ -38,8 +44,13 @@ _UNPRINTABLE = r"\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-
 """Control characters (C0, DEL, C1: a terminal escape), the bidirectional overrides
 and isolates (a name that prints reversed) and lone surrogates (not storable)."""
 
-USER_NAME = re.compile(f"[^{_UNPRINTABLE}]{{1,128}}")
-"""A user name: 1 to 128 printable characters."""
+USER_NAME = re.compile(
+    f"{JUPYTER_PREFIX}[^{_UNPRINTABLE}]{{1,{MAX_JUPYTER_NAME}}}"
+    f"|(?!{JUPYTER_PREFIX})[^{_UNPRINTABLE}]{{1,128}}"
+)
+"""An identity as people type it: an OS user's name (1 to 128 printable characters,
+not beginning ``jupyter:``) or ``jupyter:`` and a jupyter-server user's name (1 to
+120)."""
 
 EMAIL = re.compile(f"[^@\\s{_UNPRINTABLE}]{{1,64}}@[^@\\s{_UNPRINTABLE}]{{1,255}}")
 """An email address as far as nbcast checks it: a local part, ``@``, a domain, none
@@ -52,6 +63,7 @@ class MemberRecord:
 
     tenant: str
     name: str
+    """Their identity: ``ada`` (an OS user) or ``jupyter:alice`` (:mod:`nbcast.access`)."""
     role: str
     email: str | None
     operator: bool
@@ -63,6 +75,7 @@ class MemberRecord:
         return {
             "tenant": self.tenant,
             "name": self.name,
+            "source": source_of(self.name).value,
             "role": self.role,
             "email": self.email,
             "operator": self.operator,
@@ -82,7 +95,10 @@ def _role(value: str) -> Role:
 
 def _name(value: str) -> str:
     if not USER_NAME.fullmatch(value or "") or value != value.strip():
-        raise ConfigError(f"user name {clip(value)} must be 1-128 printable characters")
+        raise ConfigError(
+            f"user {clip(value)} must be an OS user's name (1-128 printable characters) "
+            f"or {JUPYTER_PREFIX}NAME for a jupyter-server user (NAME 1-{MAX_JUPYTER_NAME})"
+        )
     return value
 
 

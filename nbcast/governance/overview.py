@@ -5,9 +5,15 @@ the installation, shared by every tenant: :mod:`nbcast.governance.health`), its 
 against its quota, what its runs and deliveries did in the last 24 hours, its
 definitions with their next fire and last state, its newest runs (SKIPPED and MISSED
 slots with their reasons among them: why each slot did what it did) and its failed
-deliveries. It reads the other planes' rows through their own queries and writes
-nothing. A tenant that has no row yet (nobody of it has published anything) gets an
-empty overview, not an error: the page is where such a user starts.
+deliveries. It reads the other planes' rows through their own queries.
+
+Since the services' health is the installation's, the overview is for operators and
+people with a role in an existing tenant
+(:func:`~nbcast.governance.roles.require_role_or_operator`, checked first: a user
+without one gets :class:`~nbcast.errors.AccessDeniedError`, and a user mapped to a
+tenant that does not exist too). The check claims a tenant without members for its
+first person, as any act does; nothing else is written. An operator mapped to a
+tenant that does not exist gets an empty overview around the services' health.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from nbcast.executor.models import ACTIVE_STATES, RunState
 from nbcast.executor.records import RunRecord
 from nbcast.governance.health import Health, health
 from nbcast.governance.models import Tenant
+from nbcast.governance.roles import require_role_or_operator
 
 __all__ = [
     "MAX_OVERVIEW_ITEMS",
@@ -99,6 +106,7 @@ def overview(
     from nbcast.executor.models import Run
     from nbcast.executor.queries import list_runs
 
+    require_role_or_operator(session, caller, "reading the overview", now)
     services = health(session, now)
     tenant = session.scalar(sa.select(Tenant).where(Tenant.name == caller.tenant))
     if tenant is None:

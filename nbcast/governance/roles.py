@@ -20,24 +20,44 @@ the API) are faces over those functions, so none can skip it. A refusal is an
 :class:`~nbcast.errors.AccessDeniedError` (exit 2 on the CLI, 403 on the API) and the
 transaction writes nothing.
 
+**Who people are.** A person is an identity with a source (:mod:`nbcast.access`):
+``ada`` is the OS user ada — the command line's ``NBCAST_USER`` (default: the login
+name), and the holder of a server's own token, which is its owner's credential;
+``jupyter:alice`` is the user alice whom jupyter-server's identity provider
+authenticated. The ``users`` and ``operators`` rows hold identities, so a role given
+to ``root`` on the command line is not held by a jupyter-server user called ``root``.
+
 **How people get a role.**
 
-- The first person to act on a fresh home (no operator yet) becomes its first
-  **operator**, and the admin of the tenant they act in: ``nbcast serve`` and a
-  server extension make the server's owner (``NBCAST_USER`` or the login name) that
-  person when they start, so the first web request cannot.
-- A tenant with no members yet is **claimed** by the first person who acts in it:
-  they become its admin. ``nbcast tenants create NAME --admin USER`` names the admin
-  at once, so nobody else can claim it; the default tenant is claimed by the home's
-  first user. Claims and grants are audited.
-- Admins add members and change roles (``nbcast users add|grant|revoke|list``);
-  a tenant always keeps one admin.
+- The first **OS** user to act on a fresh home (no operator yet) becomes its first
+  **operator** and the admin of the tenant they act in. ``nbcast serve`` and a server
+  extension make the server's owner (``NBCAST_USER`` or the login name) the first
+  operator when they open the database (:func:`seed_operators`), so no web request
+  can. A jupyter-server user never becomes an operator by being first;
+  ``NbcastApp.admin_users`` names the jupyter-server users who are.
+- A tenant with no members yet is **claimed** by the first person who acts in it (of
+  either source): they become its admin. ``nbcast tenants create NAME --admin USER``
+  names the admin at once, so nobody else can claim it. The default tenant of a fresh
+  home goes to its first command-line user; on a fresh server it stays open to its
+  first person, as it always was — under JupyterHub, the single-user server's own
+  user, who is thus an admin there (not an operator). A caller whose tenant does not
+  exist (a ``tenant_map`` entry naming a tenant nobody created) is refused: nothing is
+  created or claimed for them. Claims and grants are audited.
+- Admins add members and change roles (``nbcast users add|grant|revoke|list``, a
+  jupyter-server user written ``jupyter:NAME``); a tenant always keeps one admin.
+- What belongs to the installation rather than to a tenant — the services' health,
+  the embedded services, the metrics, a schedule preview, the status pages — is for
+  operators and for people with a role in an existing tenant
+  (:func:`require_role_or_operator`); an authenticated user with none sees nothing.
 
 What this protects depends on the face. Through the server it is a boundary: the
 identity comes from jupyter-server's authentication. On the command line the user is
 ``NBCAST_USER`` (default: the login name) and whoever can run ``nbcast`` on a home can
 also open its database, so roles there guard against mistakes and keep the audit
-trail honest, not against the home's own OS user.
+trail honest, not against the home's own OS user. That is why an OS identity is never
+a jupyter-server user's (``NBCAST_USER`` cannot begin ``jupyter:``): the server's
+identities are the ones its authentication vouches for, and what is granted to them
+is granted to nobody else.
 """
 
 from __future__ import annotations
@@ -49,8 +69,8 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast.access import Caller
-from nbcast.errors import AccessDeniedError, ConfigError
+from nbcast.access import Caller, Source, identity, source_of
+from nbcast.errors import AccessDeniedError
 from nbcast.governance import audit
 from nbcast.governance.models import Operator, Tenant, User
 from nbcast.limits import clip
@@ -64,6 +84,7 @@ __all__ = [
     "readable_tenant",
     "require",
     "require_operator",
+    "require_role_or_operator",
     "seed_operators",
 ]
 
@@ -93,6 +114,7 @@ class Membership:
 
     tenant: Tenant
     user: str
+    """Their identity (:class:`~nbcast.access.Caller`)."""
     role: Role
     operator: bool
 
@@ -101,24 +123,35 @@ class Membership:
         return self.operator or self.role.rank >= needed.rank
 
 
-def _tenant(session: Session, name: str, *, lock: bool) -> Tenant:
-    query = sa.select(Tenant).where(Tenant.name == name)
+def _tenant(session: Session, caller: Caller, *, lock: bool) -> Tenant:
+    """The caller's tenant; refused (never created) when it does not exist."""
+    query = sa.select(Tenant).where(Tenant.name == caller.tenant)
     if lock and session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update()
     tenant = session.scalar(query)
     if tenant is None:
-        raise ConfigError(f"no tenant {clip(name)}")
+        raise AccessDeniedError(
+            f"no tenant {clip(caller.tenant)} (where {clip(caller.user)} acts); an operator "
+            f"creates it with: nbcast tenants create {clip(caller.tenant)}"
+        )
     return tenant
 
 
+def _row(session: Session, tenant: Tenant, user: str) -> User | None:
+    return session.scalar(sa.select(User).where(User.tenant_id == tenant.id, User.name == user))
+
+
 def is_operator(session: Session, user: str) -> bool:
-    """Whether ``user`` operates the installation."""
+    """Whether the identity ``user`` operates the installation."""
     return session.get(Operator, user) is not None
 
 
 def bootstrap(session: Session, user: str, tenant: Tenant, now: datetime) -> bool:
-    """Make ``user`` the first operator (and admin of ``tenant``) when the home has no
-    operator yet; True if it did."""
+    """Make ``user`` the first operator when the home has no operator yet and ``user``
+    is an OS identity (a jupyter-server user never is the first: module docstring);
+    True if it did. The caller makes them the admin of ``tenant`` too."""
+    if source_of(user) is not Source.os:
+        return False
     if session.scalar(sa.select(sa.func.count()).select_from(Operator)):
         return False
     session.add(Operator(name=user, granted_at=now, granted_by=user))
@@ -134,26 +167,48 @@ def bootstrap(session: Session, user: str, tenant: Tenant, now: datetime) -> boo
     return True
 
 
+def _make_admin(session: Session, tenant: Tenant, user: str, now: datetime, how: str) -> None:
+    """``user`` becomes an admin of ``tenant`` (where they hold no row), audited."""
+    session.add(
+        User(tenant_id=tenant.id, name=user, role=Role.admin, added_by=user, created_at=now)
+    )
+    session.flush()
+    audit.record(
+        session,
+        tenant.id,
+        actor=user,
+        action=audit.Action.role_granted,
+        obj=f"user:{user}",
+        at=now,
+        details={"role": Role.admin.value, "how": how},
+    )
+
+
+def _members(session: Session, tenant: Tenant) -> int:
+    return int(
+        session.scalar(
+            sa.select(sa.func.count()).select_from(User).where(User.tenant_id == tenant.id)
+        )
+        or 0
+    )
+
+
 def member(session: Session, caller: Caller, now: datetime | None = None) -> Membership:
     """The caller's membership of their tenant (claiming a tenant without members,
-    bootstrapping a fresh home: module docstring); :class:`AccessDeniedError` when they
-    hold no role there and operate nothing. ``now`` stamps a claim's audit entry
-    (default: the real clock)."""
+    bootstrapping a fresh home: module docstring); :class:`AccessDeniedError` when
+    their tenant does not exist, or they hold no role there and operate nothing.
+    ``now`` stamps a claim's audit entry (default: the real clock)."""
     now = now or datetime.now(UTC)
-    tenant = _tenant(session, caller.tenant, lock=False)
-    row = session.scalar(
-        sa.select(User).where(User.tenant_id == tenant.id, User.name == caller.user)
-    )
+    tenant = _tenant(session, caller, lock=False)
+    row = _row(session, tenant, caller.user)
     operator = is_operator(session, caller.user)
     if row is not None:
         return Membership(tenant=tenant, user=caller.user, role=Role(row.role), operator=operator)
     if not operator:
         # Serialize the claim of an empty tenant (two first users at once).
-        tenant = _tenant(session, caller.tenant, lock=True)
+        tenant = _tenant(session, caller, lock=True)
         operator = bootstrap(session, caller.user, tenant, now)
-    members = session.scalar(
-        sa.select(sa.func.count()).select_from(User).where(User.tenant_id == tenant.id)
-    )
+    members = _members(session, tenant)
     if operator and members:
         return Membership(tenant=tenant, user=caller.user, role=Role.admin, operator=True)
     if members:
@@ -161,25 +216,7 @@ def member(session: Session, caller: Caller, now: datetime | None = None) -> Mem
             f"{clip(caller.user)} has no role in tenant {tenant.name}; an admin adds them "
             f"with: nbcast --tenant {tenant.name} users add {clip(caller.user)} --role viewer"
         )
-    session.add(
-        User(
-            tenant_id=tenant.id,
-            name=caller.user,
-            role=Role.admin,
-            added_by=caller.user,
-            created_at=now,
-        )
-    )
-    session.flush()
-    audit.record(
-        session,
-        tenant.id,
-        actor=caller.user,
-        action=audit.Action.role_granted,
-        obj=f"user:{caller.user}",
-        at=now,
-        details={"role": Role.admin.value, "how": "claimed: the tenant's first member"},
-    )
+    _make_admin(session, tenant, caller.user, now, "claimed: the tenant's first member")
     return Membership(tenant=tenant, user=caller.user, role=Role.admin, operator=operator)
 
 
@@ -200,27 +237,35 @@ def require(
 def require_operator(
     session: Session, caller: Caller, doing: str, now: datetime | None = None
 ) -> None:
-    """Nothing, if the caller operates the installation (a fresh home's first user
-    becomes its operator here); :class:`AccessDeniedError` otherwise."""
+    """Nothing, if the caller operates the installation (a fresh home's first OS user
+    becomes its operator here, and an admin of their tenant);
+    :class:`AccessDeniedError` otherwise."""
     now = now or datetime.now(UTC)
     if is_operator(session, caller.user):
         return
     tenant = session.scalar(sa.select(Tenant).where(Tenant.name == caller.tenant))
     if tenant is not None and bootstrap(session, caller.user, tenant, now):
-        if not session.scalar(
-            sa.select(User).where(User.tenant_id == tenant.id, User.name == caller.user)
-        ):
-            session.add(
-                User(
-                    tenant_id=tenant.id,
-                    name=caller.user,
-                    role=Role.admin,
-                    added_by=caller.user,
-                    created_at=now,
-                )
-            )
+        if _row(session, tenant, caller.user) is None:
+            _make_admin(session, tenant, caller.user, now, "the first user of a fresh home")
         return
     raise AccessDeniedError(f"{clip(caller.user)} is not an operator; {doing} is for operators")
+
+
+def require_role_or_operator(
+    session: Session, caller: Caller, doing: str, now: datetime | None = None
+) -> None:
+    """Nothing, if the caller operates the installation or holds a role (any) in
+    their tenant, which must exist; :class:`AccessDeniedError` otherwise.
+
+    The check of what belongs to the installation rather than to a tenant (the
+    services' health, the embedded services, metrics, a schedule preview, the status
+    pages): an authenticated user without a role sees none of it. An operator passes
+    wherever they are mapped (their tenant need not exist); anyone else goes through
+    :func:`member`, so a tenant without members is claimed here as by any other act,
+    and a tenant that does not exist is refused without being created."""
+    if is_operator(session, caller.user):
+        return
+    require(session, caller, Role.viewer, doing, now)
 
 
 def readable_tenant(session: Session, caller: Caller) -> Tenant:
@@ -232,14 +277,18 @@ def readable_tenant(session: Session, caller: Caller) -> Tenant:
 def seed_operators(
     session: Session, owner: str, configured: frozenset[str], tenant: str, now: datetime
 ) -> None:
-    """A server's start: its ``owner`` becomes the first operator of a fresh home (so
-    the first web request cannot), and every name in ``configured``
-    (``NbcastApp.admin_users``) is made an operator, each audited in ``tenant``."""
+    """A server's start: its ``owner`` (an OS user: the server's ``NBCAST_USER``)
+    becomes the first operator of a fresh home, so the first web request cannot; every
+    jupyter-server user named in ``configured`` (``NbcastApp.admin_users``) is made an
+    operator as ``jupyter:<name>``, each audited in ``tenant``. No membership is made:
+    ``tenant`` stays open to its first person (module docstring).
+    :class:`~nbcast.errors.ConfigError` for a configured name that is too long."""
+    identities = sorted(identity(Source.jupyter, name) for name in configured)
     owner_tenant = session.scalar(sa.select(Tenant).where(Tenant.name == tenant))
     if owner_tenant is None:
         return
     bootstrap(session, owner, owner_tenant, now)
-    for name in sorted(configured):
+    for name in identities:
         if session.get(Operator, name) is None:
             session.add(Operator(name=name, granted_at=now, granted_by="configuration"))
             audit.record(

@@ -20,6 +20,8 @@ trait                        environment it sets           meaning
 ``default_tenant``           —                             tenant of unmapped users
 ``admin_users``              —                             who may use operator routes
 ``metrics_open``             —                             metrics without the token
+``trusted_proxies``          —                             proxies whose forwarded
+                                                           addresses count
 ===========================  ============================  ==========================
 
 A trait left unset keeps the environment's value, so ``nbcast serve`` and ``jupyter
@@ -37,6 +39,8 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Int, List, Unicode
 
 from nbcast.credentials import protect_process
+from nbcast.server_extension.authentication import AuthenticatingServerApp
+from nbcast.server_extension.forwarded import TrustedProxies
 from nbcast.server_extension.handlers.base import STATE_KEY
 from nbcast.server_extension.routes import registered, tornado_handlers
 from nbcast.server_extension.services import SERVICES_KEY, ServiceSupervisor
@@ -114,6 +118,17 @@ class NbcastApp(ExtensionApp):
     link_rate_per_minute = Int(
         120, help="Signed-link and unsubscribe requests one address may make a minute."
     ).tag(config=True)
+    heavy_checks_per_minute = Int(
+        20, help="Large notebook checks (over 1 MiB) one user may start a minute (1 to 1,000)."
+    ).tag(config=True)
+    trusted_proxies = List(
+        Unicode(),
+        default_value=[],
+        help="The reverse proxies (IP addresses or CIDR networks, at most 100) whose "
+        "X-Forwarded-For / X-Real-Ip the public endpoints believe, with "
+        "ServerApp.trust_xheaders; from anyone else those headers are ignored. Empty by "
+        "default: name your proxy (e.g. 127.0.0.1 for one on this machine).",
+    ).tag(config=True)
 
     state: ServerState | None = None
     services: ServiceSupervisor | None = None
@@ -133,14 +148,25 @@ class NbcastApp(ExtensionApp):
         return env
 
     def options(self) -> ServerOptions:
-        """The extension's own options."""
+        """The extension's own options (a bad ``trusted_proxies`` entry:
+        :class:`~nbcast.errors.ConfigError`)."""
+        trust_xheaders = bool(getattr(self.serverapp, "trust_xheaders", False))
+        proxies = TrustedProxies.parse(self.trusted_proxies, trust_xheaders=trust_xheaders)
+        if trust_xheaders and not proxies.networks:
+            self.log.warning(
+                "nbcast: ServerApp.trust_xheaders is on but NbcastApp.trusted_proxies is "
+                "empty: forwarded addresses are ignored on the public endpoints (name "
+                "your proxy, e.g. --NbcastApp.trusted_proxies=127.0.0.1)"
+            )
         return ServerOptions(
+            proxies=proxies,
             tenant_map=dict(self.tenant_map),
             default_tenant=self.default_tenant,
             admin_users=frozenset(self.admin_users),
             metrics_open=bool(self.metrics_open),
             ray_dashboard_url=self.ray_dashboard_url,
             link_rate_per_minute=max(1, min(int(self.link_rate_per_minute), 100_000)),
+            heavy_checks_per_minute=max(1, min(int(self.heavy_checks_per_minute), 1_000)),
         )
 
     def wants_services(self, state: ServerState) -> bool:
@@ -193,8 +219,11 @@ class NbcastApp(ExtensionApp):
 
 class ServeApp(NbcastApp):
     """``nbcast serve``: a jupyter-server with this extension alone (no JupyterLab,
-    no other extension found on the machine), landing on the status page."""
+    no other extension found on the machine), landing on the status page, that
+    refuses to start without authentication unless told ``--no-auth``
+    (:class:`~nbcast.server_extension.authentication.AuthenticatingServerApp`)."""
 
+    serverapp_class = AuthenticatingServerApp
     serverapp_config = {  # noqa: RUF012 - jupyter-server's class attribute
         "jpserver_extensions": {"nbcast.server_extension": True},
     }

@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbcast.config import Settings, load_settings, prepare_home
+from nbcast.server_extension.forwarded import TrustedProxies
 
 if TYPE_CHECKING:
     from nbcast.artifacts import ArtifactStore
@@ -40,13 +41,20 @@ class ServerOptions:
     default_tenant: str | None = "default"
     """The tenant of a user the map does not name (None: such users are refused)."""
     admin_users: frozenset[str] = frozenset()
-    """Users made operators when the server opens its database."""
+    """jupyter-server users made operators (as ``jupyter:NAME``) when the server opens
+    its database."""
     metrics_open: bool = False
     """Whether ``/nbcast/metrics`` may be scraped without the token."""
     ray_dashboard_url: str | None = None
     """Linked from the overview page when set."""
     link_rate_per_minute: int = 120
     """Signed-link and unsubscribe requests one address may make a minute."""
+    heavy_checks_per_minute: int = 20
+    """Large notebook checks one user may start a minute
+    (:mod:`nbcast.server_extension.check_limits`)."""
+    proxies: TrustedProxies = field(default_factory=TrustedProxies)
+    """Whose forwarded addresses the public endpoints believe
+    (:mod:`nbcast.server_extension.forwarded`)."""
     threads: int = 8
     """Threads that run the command layer's calls (database work) for handlers."""
 
@@ -63,9 +71,14 @@ class ServerState:
     def create(cls, environ: Mapping[str, str], options: ServerOptions) -> ServerState:
         """The state for ``environ``; :class:`~nbcast.errors.ConfigError` for a bad
         setting, found now rather than at the first request."""
+        from nbcast.access import Source, identity
+
         env = dict(environ)
         state = cls(environ=env, options=options, settings=load_settings(env))
         state.delivery  # noqa: B018 - parse the delivery settings now, to fail early
+        identity(Source.os, state.settings.user)  # the owner: an OS identity
+        for name in options.admin_users:  # jupyter-server users: names nbcast accepts
+            identity(Source.jupyter, name)
         return state
 
     @cached_property

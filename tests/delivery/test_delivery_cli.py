@@ -92,8 +92,14 @@ def test_delivery_worker_and_ledger_commands(
     [link] = json.loads(out)
     code, out = run(capsys, "links", "revoke", str(link["id"]))
     assert out.strip() == f"link {link['id']}: revoked"
-    code, out = run(capsys, "links", "revoke", str(link["id"]))
-    assert "already revoked" in out
+    # A link it cannot revoke (revoked already, or none of that id in the tenant) is an
+    # error: one line, exit status 2.
+    for link_id in (link["id"], 999_999, 2**63):
+        code, out = run(capsys, "links", "revoke", str(link_id))
+        assert code == 2, out
+        assert out.strip().startswith("error: "), out
+        assert len(out.strip().splitlines()) == 1, out
+        assert "revoked already" in out
 
     code, out = run(capsys, "unsubscribe", "--report", "sales", "--to", "cfo@example.com")
     assert (code, out.strip()) == (0, "unsubscribed cfo@example.com from sales (email)")

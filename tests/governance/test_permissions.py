@@ -238,14 +238,18 @@ def test_each_role_may_call_exactly_the_routes_it_allows(tmp_path: Path) -> None
     from tests.server.live import LiveServer
 
     users = {u: "acme" for u in (VIEWER, AUTHOR, ADMIN, STRANGER, OPERATOR)}
-    with LiveServer(tmp_path, users=users, env={"NBCAST_USER": OPERATOR}) as live:
+    # The server's users are jupyter identities: the web's boss operates by
+    # configuration (admin_users), not by sharing the OS owner's name.
+    with LiveServer(
+        tmp_path, users=users, admins=(OPERATOR,), env={"NBCAST_USER": OPERATOR}
+    ) as live:
         with live.client() as owner:  # the first request opens the database: boss operates
             assert owner.get(f"{API}/definitions").status_code == 200
         with pytest.MonkeyPatch.context() as monkeypatch:
             run = _Runner(monkeypatch, live.home)
             run(OPERATOR, "tenants", "create", "acme", "--admin", ADMIN)
-            run(ADMIN, "--tenant", "acme", "users", "add", AUTHOR, "--role", "author")
-            run(ADMIN, "--tenant", "acme", "users", "add", VIEWER, "--role", "viewer")
+            for user, role in ((ADMIN, "admin"), (AUTHOR, "author"), (VIEWER, "viewer")):
+                run(ADMIN, "--tenant", "acme", "users", "add", f"jupyter:{user}", "--role", role)
             path = make_notebook(tmp_path / "sales.ipynb", nbcast=BLOCK)
             run(ADMIN, "--tenant", "acme", "publish", str(path))
             queued = json.loads(run(ADMIN, "--tenant", "acme", "run", "sales", "--json"))["id"]

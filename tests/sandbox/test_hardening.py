@@ -56,9 +56,7 @@ except (OSError, MemoryError) as exc:
 
 
 @pytest.mark.parametrize("kind", ["memfd", "shared"])
-def test_memory_outside_rlimit_data_is_bounded_without_a_cgroup(
-    folder: Path, kind: str
-) -> None:
+def test_memory_outside_rlimit_data_is_bounded_without_a_cgroup(folder: Path, kind: str) -> None:
     spec = SandboxSpec(tenant="acme", uid=UID, gid=UID, memory_mb=256)
     sandbox = Sandbox.start(spec, str(folder), mode="privileged")
     try:

@@ -70,8 +70,11 @@ class World:
             "--max-concurrent",
             "4",
         )
-        self.cli(monkeypatch, "ada", "acme", "users", "add", "mallory", "--role", "author")
-        self.cli(monkeypatch, "tester", "default", "users", "add", "victor", "--role", "author")
+        # mallory and victor use the server: their identities are jupyter:NAME.
+        self.cli(monkeypatch, "ada", "acme", "users", "add", "jupyter:mallory", "--role", "author")
+        self.cli(
+            monkeypatch, "tester", "default", "users", "add", "jupyter:victor", "--role", "author"
+        )
         self.env = {**self.server.env, "NBCAST_USER": "tester"}
 
     @staticmethod
@@ -217,10 +220,34 @@ def test_every_probe_fails_in_the_sandbox_on_the_local_engine(world: World) -> N
         stop(worker)
 
 
+REACH_THE_CLUSTER = """
+import socket
+socket.create_connection(("127.0.0.1", gcs_port), timeout=5).close()
+print("reached Ray's GCS")
+"""
+
+
 @pytest.mark.ray
-def test_every_probe_fails_in_the_sandbox_on_ray(world: World, ray_cluster: str) -> None:
+def test_every_probe_fails_in_the_sandbox_on_ray(
+    world: World, ray_cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test cluster asks for no token (``RAY_AUTH_MODE=disabled``), so a tenant on
+    the host's network is refused at submit — its report could hand the cluster a job,
+    run outside any sandbox — and with ``network: none`` every probe fails, the cluster's
+    GCS unreachable too."""
+    gcs_port = int(ray_cluster.rsplit(":", 1)[1])
+    world.publish("mallory", "reach_the_cluster", REACH_THE_CLUSTER, parameters="gcs_port = 0\n")
     worker = world.worker("--engine", "ray", "--ray-address", ray_cluster)
     try:
+        refused = world.run("mallory", "reach_the_cluster", {"gcs_port": gcs_port})
+        run = world.wait("mallory", [refused])[refused]
+        assert (run["state"], run["reason"]) == ("FAILED", "submit_refused"), run
+        assert "Ray runs without token auth" in run["error"]["evalue"]
+        for tenant in ("acme", "default"):
+            world.cli(monkeypatch, "tester", "default", "tenants", "set-network", tenant, "none")
+        walled = world.run("mallory", "reach_the_cluster", {"gcs_port": gcs_port})
+        run = world.wait("mallory", [walled])[walled]
+        assert (run["state"], run["error"]["ename"]) == ("FAILED", "ConnectionRefusedError"), run
         assert_probes_fail(world, worker)
     finally:
         stop(worker)

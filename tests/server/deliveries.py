@@ -28,7 +28,7 @@ from tests.server.live import BIN, LiveServer
 
 __all__ = ["ALICE", "RECIPIENT", "Delivered", "database", "deliver", "run_again"]
 
-ALICE = Caller(tenant="acme", user="alice")
+ALICE = Caller(tenant="acme", user="jupyter:alice")
 RECIPIENT = "cfo@example.com"
 FORMATS = ["html", "csv", "xlsx", "pdf"]
 

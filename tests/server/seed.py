@@ -30,8 +30,8 @@ from tests.server.live import BIN, LiveServer
 
 __all__ = ["ALICE", "BOB", "Seeded", "database", "seed"]
 
-ALICE = Caller(tenant="acme", user="alice")
-BOB = Caller(tenant="globex", user="bob")
+ALICE = Caller(tenant="acme", user="jupyter:alice")
+BOB = Caller(tenant="globex", user="jupyter:bob")
 
 FAILING_BODY = 'total = 1\nraise ValueError("no sales today")\n'
 

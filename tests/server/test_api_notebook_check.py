@@ -23,6 +23,8 @@ from tests.server.test_api_definitions import conforms, nbcast, notebook
 
 API = "/nbcast/api/v1"
 PATH = "/nbcast/api/v1/notebooks/check"
+READS_FILES = "--NbcastAuthorizer.operators=alice"
+"""alice may read the server's files (publish by path); bob may not."""
 NOW = "2026-10-23T12:00:00Z"
 PARAMETERS = 'region = "EMEA"  # the sales region\ntop_n: int = 5\n'
 BLOCK = {
@@ -43,7 +45,10 @@ def report(block: dict[str, Any] | None = None) -> dict[str, Any]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     folder: Path = tmp_path_factory.mktemp("check-api")
     with LiveServer(
-        folder, users={"alice": "acme", "bob": "globex"}, env={"NBCAST_CLOCK": f"fixed:{NOW}"}
+        folder,
+        users={"alice": "acme", "bob": "globex"},
+        env={"NBCAST_CLOCK": f"fixed:{NOW}"},
+        extra=(READS_FILES,),
     ) as live:
         for tenant in ("acme", "globex"):
             nbcast(live, "tenants", "create", tenant)
@@ -174,6 +179,9 @@ def test_a_published_notebook_shows_its_version_and_whether_it_changed(
     elsewhere = check(alice, document, notebook=report(file_block), path="other/f.ipynb")
     assert (mine["published"]["this_file"], mine["published"]["same"]) == (True, True)
     assert elsewhere["published"]["this_file"] is False
+    # The bound file is shown relative to the server's root, never as its absolute path.
+    assert mine["published"]["source_path"] == "reports/f.ipynb"
+    assert str(server.folder) not in json.dumps(mine)
     # Another tenant's definition of that name is not there for bob.
     with server.client("bob") as bob:
         assert check(bob, document, notebook=report())["published"] is None

@@ -53,8 +53,10 @@ def bob(server: LiveServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def cli_json(server: LiveServer, *argv: str, user: str = "alice") -> Any:
-    env = {**server.env, "NBCAST_TENANT": "acme", "NBCAST_USER": user}
+def cli_json(server: LiveServer, *argv: str) -> Any:
+    """``nbcast … --json`` in tenant acme as the server's owner: the OS user who
+    operates the home (the server's users are jupyter identities, not OS users)."""
+    env = {**server.env, "NBCAST_TENANT": "acme"}
     done = subprocess.run(
         [str(BIN / "nbcast"), *argv, "--json"], env=env, capture_output=True, text=True, check=True
     )
@@ -196,10 +198,10 @@ def test_cancel_a_queued_run_then_a_finished_one_is_409(
     assert answer.status_code == 202, answer.text
     body = answer.json()
     assert (body["run_id"], body["state"], body["cancel"]) == (target, "QUEUED", "requested")
-    assert (body["requested_by"], body["already_requested"]) == ("alice", False)
+    assert (body["requested_by"], body["already_requested"]) == ("jupyter:alice", False)
     again = alice.post(f"{API}/runs/{target}/cancel").json()
     assert again["already_requested"] is True
-    assert alice.get(f"{API}/runs/{target}").json()["cancel_requested_by"] == "alice"
+    assert alice.get(f"{API}/runs/{target}").json()["cancel_requested_by"] == "jupyter:alice"
 
     finished = alice.post(f"{API}/runs/{seeded.succeeded}/cancel")
     assert (finished.status_code, error_of(finished)["code"]) == (409, "conflict")
@@ -357,7 +359,7 @@ def test_tenants_are_for_operators(server: LiveServer, seeded: Seeded) -> None:
         listed = root.get(f"{API}/tenants")
         assert listed.status_code == 200
         assert {"acme", "globex"} <= {t["name"] for t in listed.json()["items"]}
-        cli = cli_json(server, "tenants", "list", user="root")
+        cli = cli_json(server, "tenants", "list")
         assert [
             {k: t[k] for k in c} for t, c in zip(listed.json()["items"], cli, strict=True)
         ] == cli
@@ -394,6 +396,24 @@ def test_tenants_are_for_operators(server: LiveServer, seeded: Seeded) -> None:
         assert (after["max_concurrent_runs"], after["cpus_per_run"]) == (7, 1.5)
         missing = root.patch(f"{API}/tenants/nobody/quota", json={"max_attempts": 2})
         assert missing.status_code == 404
+
+
+def test_ceilings_are_set_by_operators_and_hold_admins(server: LiveServer, seeded: Seeded) -> None:
+    """``PUT /tenants/{t}/ceilings`` is an operator's; a quota above a new ceiling comes
+    down to it, and the answer shows both."""
+    with server.client("alice") as alice, server.client("root") as root:
+        refused = alice.put(f"{API}/tenants/acme/ceilings", json={"share": 1e6})
+        assert (refused.status_code, error_of(refused)["code"]) == (403, "forbidden")
+        raised = root.patch(f"{API}/tenants/acme/quota", json={"max_concurrent_runs": 6})
+        assert raised.status_code == 200, raised.text
+        ceiling = root.put(f"{API}/tenants/acme/ceilings", json={"max_concurrent_runs": 3})
+        assert ceiling.status_code == 200, ceiling.text
+        tenant = ceiling.json()
+        assert (tenant["max_concurrent_runs"], tenant["ceilings"]["max_concurrent_runs"]) == (3, 3)
+        for body, field in [({"max_concurrent_runs": 0}, "max_concurrent_runs"), ({}, "body")]:
+            answer = root.put(f"{API}/tenants/acme/ceilings", json=body)
+            assert (answer.status_code, error_of(answer)["field"]) == (400, field), answer.text
+        assert root.put(f"{API}/tenants/nobody/ceilings", json={"share": 2}).status_code == 404
 
 
 # -- another tenant ---------------------------------------------------------------

@@ -8,8 +8,10 @@ import httpx
 import pytest
 
 from nbcast.access import Caller
+from nbcast.config import load_settings
 from nbcast.server_extension.authorizer import NbcastAuthorizer
 from nbcast.server_extension.identity import caller_for
+from tests.members import grant_url
 from tests.server.live import LiveServer
 
 SERVER_ROUTES = [
@@ -37,6 +39,7 @@ def test_a_tenants_user_gets_nothing_of_jupyter_server(
 
 
 def test_a_tenants_user_still_has_nbcast(server: LiveServer) -> None:
+    grant_url(load_settings(dict(server.env)).database_url, "globex", "jupyter:bob", "viewer")
     with server.client("bob") as bob:
         assert bob.get("/nbcast/api/v1/health").status_code == 200
         assert bob.get("/nbcast/api/v1/definitions").status_code == 200
@@ -69,7 +72,7 @@ def test_the_servers_own_token_acts_as_its_owner(server: LiveServer) -> None:
         tenant="default", user="owner"
     )
     assert caller_for(User("alice"), tenants, "default", "owner") == Caller(
-        tenant="acme", user="alice"
+        tenant="acme", user="jupyter:alice"
     )
     with server.client(None) as owner:
         listed = owner.get("/nbcast/api/v1/tenants")
@@ -87,5 +90,5 @@ def test_a_huge_body_is_refused_before_it_is_buffered(server: LiveServer) -> Non
         pass  # the server closed the connection: refused, not read
     else:
         assert answer.status_code in (400, 413), answer.status_code
-    with server.client("alice") as alice:
-        assert alice.get("/nbcast/api/v1/health").status_code == 200
+    with server.client() as owner:
+        assert owner.get("/nbcast/api/v1/health").status_code == 200

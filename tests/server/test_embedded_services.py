@@ -86,8 +86,9 @@ def nbcast(server: LiveServer, *argv: str) -> Any:
 
 
 def snapshot(server: LiveServer) -> dict[str, dict[str, Any]]:
-    """The supervisor's children by kind."""
-    with server.client("alice") as client:
+    """The supervisor's children by kind, as the server's owner (its operator) sees
+    them."""
+    with server.client() as client:
         answer = client.get("/nbcast/api/v1/services/embedded")
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -130,14 +131,14 @@ def test_backoff_doubles_from_one_second_and_is_bounded() -> None:
 
 
 def test_a_server_without_embedded_services_says_so(tmp_path: Path) -> None:
-    with LiveServer(tmp_path, users={"alice": "acme"}) as live, live.client("alice") as client:
+    with LiveServer(tmp_path, users={"alice": "acme"}) as live, live.client() as client:
         body = client.get("/nbcast/api/v1/services/embedded").json()
     assert body == {"enabled": False, "stopping": False, "children": []}
 
 
 def test_the_three_services_run_as_children_and_beat(server: LiveServer) -> None:
     def all_alive() -> dict[str, Any] | None:
-        with server.client("alice") as client:
+        with server.client() as client:
             body: dict[str, Any] = client.get("/nbcast/api/v1/health").json()
         return body if body["alive"] == dict.fromkeys(KINDS, 1) else None
 
@@ -153,7 +154,7 @@ def test_the_three_services_run_as_children_and_beat(server: LiveServer) -> None
         rows = [s for s in health["services"] if s["kind"] == kind and s["alive"]]
         assert [r["pid"] for r in rows] == [child["pid"]]
     assert "[nbcast scheduler " in server.log()  # the children's output, in the server's log
-    with server.client("alice") as client:  # and the overview page shows each child
+    with server.client() as client:  # and the overview page shows each child
         page = client.get("/nbcast/").text
     for kind, child in children.items():
         assert re.search(rf"<tr><td>{kind}</td><td class=\"num\">{child['pid']}</td>", page)

@@ -12,7 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nbcast.config import load_settings
 from nbcast.server_extension.routes import check_registry, registered, tornado_handlers
+from tests.members import grant_url
 from tests.server.live import TOKEN, LiveServer
 
 BIN = Path(sys.executable).parent
@@ -75,7 +77,7 @@ def test_every_route_refuses_a_request_without_credentials(server: LiveServer) -
 
 
 def test_health_lists_the_services(server: LiveServer) -> None:
-    with server.client("alice") as client:
+    with server.client() as client:  # the owner: the fresh home's operator
         body = client.get("/nbcast/api/v1/health").json()
     assert body["ok"] is False  # nothing runs: no embedded services in this server
     assert body["alive"] == {"scheduler": 0, "worker": 0, "delivery-worker": 0}
@@ -91,6 +93,7 @@ def test_a_user_without_a_tenant_is_refused(tmp_path: Path) -> None:
             answer = client.get("/nbcast/api/v1/health")
         assert answer.status_code == 403
         assert answer.json()["error"]["code"] == "forbidden"
+        grant_url(load_settings(dict(live.env)).database_url, "acme", "jupyter:alice", "viewer")
         with live.client("alice") as client:
             assert client.get("/nbcast/api/v1/health").status_code == 200
 

@@ -200,9 +200,9 @@ def test_the_run_page_and_the_api_show_each_opening(live: LiveServer, delivered:
 def test_another_tenant_sees_no_openings(live: LiveServer, delivered: Delivered) -> None:
     db = database(live)
     try:
-        grant(db, "globex", "bob")
+        grant(db, "globex", "jupyter:bob")
         with db.session() as session, pytest.raises(UnknownRunError):
-            opens_of_run(session, Caller(tenant="globex", user="bob"), delivered.run_id)
+            opens_of_run(session, Caller(tenant="globex", user="jupyter:bob"), delivered.run_id)
     finally:
         db.dispose()
 

@@ -65,10 +65,12 @@ def queued(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> int:
     folder: Path = tmp_path_factory.mktemp("metrics")
     db = database(server)
     try:
-        grant(db, "acme", "alice")
+        grant(db, "acme", "jupyter:alice")
         notebook = make_notebook(folder / "kpi.ipynb", nbcast={"name": "kpi"})
-        publish(db, notebook, caller=Caller(tenant="acme", user="alice"), environ=server.env)
-        return run_now(db, SystemClock(), Caller(tenant="acme", user="alice"), "kpi", {})
+        publish(
+            db, notebook, caller=Caller(tenant="acme", user="jupyter:alice"), environ=server.env
+        )
+        return run_now(db, SystemClock(), Caller(tenant="acme", user="jupyter:alice"), "kpi", {})
     finally:
         db.dispose()
 
@@ -110,7 +112,7 @@ def in_the_queue(server: LiveServer, queued: int, tmp_path_factory: pytest.TempP
     reaps here); tenant globex with one QUEUED, by bob, an author there."""
     folder: Path = tmp_path_factory.mktemp("queue")
     clock = SystemClock()
-    alice = Caller(tenant="acme", user="alice")
+    alice = Caller(tenant="acme", user="jupyter:alice")
     db = database(server)
     try:
         for _ in range(2):
@@ -119,10 +121,12 @@ def in_the_queue(server: LiveServer, queued: int, tmp_path_factory: pytest.TempP
         leases = queue.claim(limit=2)
         assert len(leases) == 2
         queue.start(leases[0])
-        grant(db, "globex", "bob")
+        grant(db, "globex", "jupyter:bob")
         notebook = make_notebook(folder / "theirs.ipynb", nbcast={"name": "theirs"})
-        publish(db, notebook, caller=Caller(tenant="globex", user="bob"), environ=server.env)
-        run_now(db, clock, Caller(tenant="globex", user="bob"), "theirs", {})
+        publish(
+            db, notebook, caller=Caller(tenant="globex", user="jupyter:bob"), environ=server.env
+        )
+        run_now(db, clock, Caller(tenant="globex", user="jupyter:bob"), "theirs", {})
     finally:
         db.dispose()
 

@@ -102,23 +102,34 @@ def seed(server: LiveServer) -> Seeded:
     db = open_database(server)
     clock = clock_from_env(env)
     try:
-        for tenant, author in (("acme", "alice"), ("globex", "bob")):
+        for tenant, author in (("acme", "jupyter:alice"), ("globex", "jupyter:bob")):
             grant(db, tenant, author)
             grant(db, tenant, "test", "viewer")
         with db.session() as session:
             set_quota(session, "acme", max_attempts=1)
-        for path, tenant, author in ((failing, "acme", "alice"), (good, "acme", "alice")):
+        for path, tenant, author in (
+            (failing, "acme", "jupyter:alice"),
+            (good, "acme", "jupyter:alice"),
+        ):
             publish(
                 db, path, caller=Caller(tenant=tenant, user=author), now=clock.now(), environ=env
             )
-        publish(db, other, caller=Caller(tenant="globex", user="bob"), now=clock.now(), environ=env)
+        publish(
+            db,
+            other,
+            caller=Caller(tenant="globex", user="jupyter:bob"),
+            now=clock.now(),
+            environ=env,
+        )
         with scheduler_lock(db):
             Materializer(db, clock, name="tick").tick()
-        alice = Caller(tenant="acme", user="alice")
+        alice = Caller(tenant="acme", user="jupyter:alice")
         failed_run = run_now(db, clock, alice, "sales.daily", {"region": HOSTILE_VALUE})
         nbcast(server, "worker", "--exit-when-idle", "--no-warm-kernels", "--retry-backoff", "0")
         # Made after the worker left: globex's run stays QUEUED.
-        other_run = run_now(db, clock, Caller(tenant="globex", user="bob"), "globex-secret", {})
+        other_run = run_now(
+            db, clock, Caller(tenant="globex", user="jupyter:bob"), "globex-secret", {}
+        )
     finally:
         db.dispose()
     return Seeded("sales.daily", failed_run, "kpi", "globex-secret", other_run)
@@ -335,9 +346,10 @@ def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
     clock = {"NBCAST_CLOCK": "fixed:2027-11-07T04:45:00Z"}
     ray = "--NbcastApp.ray_dashboard_url=http://127.0.0.1:8265/"
     with LiveServer(tmp_path, users={"alice": "acme"}, env=clock, extra=(ray,)) as live:
-        # The server's owner (NBCAST_USER) operates the fresh home; alice is acme's admin.
+        # The server's owner (NBCAST_USER) operates the fresh home and publishes; the
+        # server's user alice is acme's admin.
         owner = live.env["NBCAST_USER"]
-        nbcast(live, "tenants", "create", "acme", "--admin", "alice", user=owner)
+        nbcast(live, "tenants", "create", "acme", "--admin", "jupyter:alice", user=owner)
         schedules = {
             "nightly": {"cron": "30 1 * * *", "timezone": "America/New_York"},
             "hourly": {"cron": "30 * * * *", "timezone": "America/New_York"},
@@ -345,7 +357,7 @@ def test_dst_notes_and_the_ray_dashboard_link(tmp_path: Path) -> None:
         }
         for name, schedule in schedules.items():
             notebook = make_notebook(tmp_path / f"{name}.ipynb", nbcast={"schedule": schedule})
-            nbcast(live, "publish", str(notebook), tenant="acme")
+            nbcast(live, "publish", str(notebook), tenant="acme", user=owner)
         nbcast(live, "scheduler", "tick")
         with live.client("alice") as client:
             page = client.get("/nbcast/definitions/nightly")
@@ -457,7 +469,7 @@ def test_an_unreadable_notebook_does_not_break_the_run_page(
     db = open_database(server)
     try:
         with db.session() as session:
-            run = get_run(session, Caller(tenant="acme", user="alice"), seeded.failed_run)
+            run = get_run(session, Caller(tenant="acme", user="jupyter:alice"), seeded.failed_run)
     finally:
         db.dispose()
     assert run.notebook_sha256 is not None
@@ -512,3 +524,44 @@ def test_a_path_that_is_not_utf8_is_a_plain_error_page(server: LiveServer) -> No
     assert 400 <= answer.status_code < 500
     assert "<html" in answer.text.lower()
     assert "Traceback" not in server.log()
+
+
+def test_the_overview_warns_while_a_worker_runs_reports_unsandboxed(
+    server: LiveServer, seeded: Seeded
+) -> None:
+    """A live worker whose heartbeat says ``sandbox: off`` puts a warning on the overview
+    for as long as it beats; one that sandboxes, or one long gone, does not."""
+    from datetime import UTC, datetime, timedelta
+
+    from nbcast.governance.models import ServiceHeartbeat
+
+    now = datetime.now(UTC)
+    db = open_database(server)
+    try:
+        with db.session() as session:
+            for name, sandbox, beat in (
+                ("host-a:11", "off", now),
+                ("host-b:12", "on", now),
+                ("host-c:13", "off", now - timedelta(hours=1)),
+            ):
+                session.add(
+                    ServiceHeartbeat(
+                        kind="worker", name=name, host=name.split(":")[0], pid=1,
+                        version="test", state="running", started_at=beat, beat_at=beat,
+                        detail={"sandbox": sandbox},
+                    )
+                )  # fmt: skip
+        with server.client("alice") as client:
+            page = client.get("/nbcast/").text
+        assert 'id="unsandboxed"' in page
+        warning = page.split('id="unsandboxed"', 1)[1].split("</p>", 1)[0]
+        assert "without a sandbox" in warning
+        assert "host-a:11" in warning
+        assert "host-b:12" not in warning
+        assert "host-c:13" not in warning
+        with db.session() as session:
+            session.query(ServiceHeartbeat).filter(ServiceHeartbeat.name == "host-a:11").delete()
+        with server.client("alice") as client:
+            assert 'id="unsandboxed"' not in client.get("/nbcast/").text
+    finally:
+        db.dispose()

@@ -182,7 +182,7 @@ def test_the_diff_of_two_versions_from_the_definition_page(
         publish(
             db,
             notebook,
-            caller=Caller(tenant="acme", user="alice"),
+            caller=Caller(tenant="acme", user="jupyter:alice"),
             now=clock_from_env(env).now(),
             environ=env,
         )

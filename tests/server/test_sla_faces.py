@@ -21,6 +21,7 @@ from nbcast.governance.models import User
 from nbcast.governance.sla import check_slas
 from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.materializer import Materializer
+from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.deliveries import database
 from tests.server.live import LiveServer
@@ -41,6 +42,7 @@ def missed(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> dict
     try:
         with db.session() as session:
             ensure_tenant(session, "acme")
+        grant(db, "globex", "jupyter:bob", "viewer")  # bob sees his own tenant's overview
         notebook = make_notebook(
             folder / "kpi.ipynb",
             nbcast={
@@ -50,10 +52,10 @@ def missed(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> dict
                 "subscriptions": [{"channel": "email", "to": "cfo@example.com"}],
             },
         )
-        alice = Caller(tenant="acme", user="alice")
+        alice = Caller(tenant="acme", user="jupyter:alice")
         publish(db, notebook, caller=alice, now=clock.now(), environ=server.env)
         with db.session() as session:
-            session.execute(sa.update(User).where(User.name == "alice").values(email=OWNER))
+            session.execute(sa.update(User).where(User.name == "jupyter:alice").values(email=OWNER))
         clock.set(slot + timedelta(minutes=1))
         Materializer(db, clock, name="test-scheduler").tick()
         clock.set(slot + timedelta(minutes=31))

@@ -18,22 +18,27 @@ contents manager, under its root folder (a path with ``..`` is refused; a side
 bound to that file (the same definition ``nbcast publish`` of that file updates); one
 published as a body is bound to ``api:<name>``. Everything is validated before the
 database is touched, so a refused publish writes nothing.
+
+Publishing by path is allowed only where the caller may read that path through
+jupyter-server's contents API (its authorizer, its contents manager's hidden files:
+:func:`~nbcast.server_extension.contents_paths.readable_path`); otherwise 403, the
+same answer whether the file exists or not. No answer shows an absolute path of the
+server: ``source_path`` is relative to the server's root folder
+(:func:`~nbcast.server_extension.contents_paths.shown_source`), and the contents
+manager's own messages, which name absolute paths, are not passed on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
-from tornado.web import HTTPError
 
 from nbcast.access import Caller
-from nbcast.definitions.notebook import LoadedNotebook, loaded_document, parse_notebook_text
+from nbcast.definitions.notebook import LoadedNotebook, loaded_document
 from nbcast.definitions.queries import (
     DefinitionRecord,
     VersionInfo,
@@ -44,11 +49,21 @@ from nbcast.definitions.queries import (
 )
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
-from nbcast.errors import ConfigError, NbcastError, UnknownDefinitionError
+from nbcast.errors import (
+    ConfigError,
+    DuplicateDefinitionError,
+    NbcastError,
+    UnknownDefinitionError,
+)
 from nbcast.governance.tenants import get_tenant
-from nbcast.limits import MAX_NOTEBOOK_FILE_BYTES, clip, storable_text
+from nbcast.limits import clip, storable_text
 from nbcast.scheduler.upcoming import upcoming
-from nbcast.server_extension.contents_paths import bound_source, contents_path
+from nbcast.server_extension.contents_paths import (
+    MAX_PATH_CHARS,
+    read_notebook,
+    shown_record,
+    shown_source,
+)
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
@@ -59,6 +74,7 @@ __all__ = [
     "DIFF",
     "MAX_DEFINITIONS_PAGE",
     "NEXT_FIRES",
+    "SOURCE_PATH_HELP",
     "VERSION_PARAM",
     "DefinitionHandler",
     "DefinitionVersionsHandler",
@@ -73,8 +89,6 @@ MAX_DEFINITIONS_PAGE = 500
 DEFAULT_DEFINITIONS_PAGE = 100
 NEXT_FIRES = 3
 """Fire times shown with each definition."""
-MAX_PATH_CHARS = 1_024
-"""The longest contents-manager path a publish accepts."""
 
 DEFINITION_NAME = Param(
     "name",
@@ -85,6 +99,11 @@ DEFINITION_NAME = Param(
 
 _STRING = {"type": "string"}
 _NULLABLE_STRING = {"type": ["string", "null"]}
+SOURCE_PATH_HELP = (
+    "The file the definition is bound to, relative to the server's root folder "
+    "('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook "
+    "published as JSON; never an absolute path of the server"
+)
 
 UPCOMING = schema(
     "UpcomingFire",
@@ -144,7 +163,10 @@ DEFINITION = schema(
             "cron": _NULLABLE_STRING,
             "every": _NULLABLE_STRING,
             "timezone": _STRING,
-            "source_path": _STRING,
+            "source_path": {
+                "type": "string",
+                "description": SOURCE_PATH_HELP,
+            },
             "created_at": INSTANT,
             "updated_at": INSTANT,
             **_SCHEDULER,
@@ -408,7 +430,17 @@ class DefinitionsHandler(ApiHandler):
                 page = list_definitions(session, caller, limit=limit, after=after)
             except ConfigError as exc:
                 raise ApiError(400, str(exc), field="after") from None
-        return {"items": [definition_json(r, now) for r in page.items], "next": page.next_after}
+        root = self.contents_root
+        return {
+            "items": [definition_json(shown_record(r, root), now) for r in page.items],
+            "next": page.next_after,
+        }
+
+    @property
+    def contents_root(self) -> str | None:
+        """The contents manager's local root folder (None: it has none)."""
+        root = getattr(self.contents_manager, "root_dir", None)
+        return root if isinstance(root, str) else None
 
     @authorized
     async def post(self) -> None:
@@ -423,77 +455,12 @@ class DefinitionsHandler(ApiHandler):
         if ("path" in body) == ("notebook" in body):
             raise ApiError(400, "give either path or notebook", field="path")
         if "path" in body:
-            loaded, source = await self._from_contents(body["path"])
+            loaded, source = await read_notebook(self, body["path"])
         else:
             origin = f"{name or 'report'}.ipynb"
             loaded, source = await self.call(loaded_document, body["notebook"], origin), None
         result = await self.call(self._publish, caller, loaded, source, name, message)
         self.write_json(result, status=201)
-
-    async def _from_contents(self, path: Any) -> tuple[LoadedNotebook, str]:
-        """The notebook at contents path ``path``, and the file it is bound to."""
-        if not isinstance(path, str) or not path.strip() or len(path) > MAX_PATH_CHARS:
-            raise ApiError(
-                400,
-                f"path must be a non-empty string of at most {MAX_PATH_CHARS:,} characters",
-                field="path",
-            )
-        clean = contents_path(path)
-        if not clean.lower().endswith(".ipynb"):
-            raise ApiError(400, f"{clip(clean)} is not a .ipynb notebook", field="path")
-        manager = self.contents_manager
-        self._check_real_path(getattr(manager, "root_dir", None), clean)
-        try:
-            model = await ensure_async(manager.get(clean, content=False))  # type: ignore[no-untyped-call]
-            if model.get("type") == "directory":
-                raise ApiError(400, f"{clip(clean)} is a folder, not a notebook", field="path")
-            size = model.get("size")
-            if isinstance(size, int) and size > MAX_NOTEBOOK_FILE_BYTES:
-                raise ApiError(
-                    400,
-                    f"{clip(clean)}: {size:,} bytes is over the {MAX_NOTEBOOK_FILE_BYTES:,}"
-                    "-byte limit of a notebook file",
-                    field="path",
-                )
-            model = await ensure_async(
-                manager.get(clean, content=True, type="file", format="text")  # type: ignore[no-untyped-call]
-            )
-        except HTTPError as exc:
-            if isinstance(exc, ApiError):
-                raise
-            reason = exc.log_message or exc.reason or "cannot be read"
-            raise ApiError(400, f"{clip(clean)}: {reason}", field="path") from None
-        except (OSError, ValueError) as exc:  # a name the file system refuses
-            raise ApiError(
-                400, f"{clip(clean)}: cannot be read ({type(exc).__name__})", field="path"
-            ) from None
-        text = model.get("content")
-        if not isinstance(text, str):
-            raise ApiError(400, f"{clip(clean)} is not a text file", field="path")
-        if len(text) > MAX_NOTEBOOK_FILE_BYTES:  # the manager did not say its size
-            raise ApiError(
-                400,
-                f"{clip(clean)} is over the {MAX_NOTEBOOK_FILE_BYTES:,}-byte limit of a "
-                "notebook file",
-                field="path",
-            )
-        source = bound_source(manager, clean)
-        loaded = await self.call(lambda: loaded_document(parse_notebook_text(text, clean), clean))
-        return loaded, source
-
-    def _check_real_path(self, root: Any, clean: str) -> None:
-        """Refuse a path whose real file (symlinks followed) is outside the server's
-        root folder, or inside nbcast's home: nbcast's database, keys and artifacts
-        are never read as a notebook (opening and closing a live SQLite file in the
-        server would also drop the locks other processes rely on)."""
-        if not isinstance(root, str):
-            return  # a contents manager without a local root: it enforces its own
-        real = Path(root, clean).resolve()
-        home = Path(self.state.settings.home).resolve()
-        if not real.is_relative_to(Path(root).resolve()) or real.is_relative_to(home):
-            raise ApiError(
-                400, "path must name a notebook under the server's root folder", field="path"
-            )
 
     def _publish(
         self,
@@ -507,24 +474,37 @@ class DefinitionsHandler(ApiHandler):
         if source is None:
             prepared = dataclasses.replace(prepared, source_path=f"api:{prepared.name}")
         now = self.state.clock.now()
-        result = publish(
-            self.state.db,
-            prepared,
-            caller=caller,
-            name=name,
-            message=message,
-            now=now,
-            environ=self.state.environ,
-        )
+        try:
+            result = publish(
+                self.state.db,
+                prepared,
+                caller=caller,
+                name=name,
+                message=message,
+                now=now,
+                environ=self.state.environ,
+            )
+        except DuplicateDefinitionError as exc:
+            raise ApiError(400, self._duplicate(exc), field="name") from None
         with self.state.db.session() as session:
             record = get_definition(session, caller, result.definition)
             info = get_version(session, caller, result.definition, result.version)
         return {
             "created": result.created,
             "warnings": list(result.warnings),
-            "definition": definition_json(record, now),
+            "definition": definition_json(shown_record(record, self.contents_root), now),
             "version": info.to_json(),
         }
+
+    def _duplicate(self, exc: DuplicateDefinitionError) -> str:
+        """The refusal of a name bound to another file, with the files as shown."""
+        root = self.contents_root
+        if exc.bound_to is None or exc.given is None:
+            return "a definition of that name is bound to another file; choose another name"
+        return (
+            f"definition {clip(exc.name)} is bound to {shown_source(exc.bound_to, root)}; "
+            f"choose another name for {shown_source(exc.given, root)}"
+        )
 
 
 def _optional_text(body: dict[str, Any], key: str, limit: int) -> str | None:

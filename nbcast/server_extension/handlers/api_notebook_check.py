@@ -22,6 +22,17 @@ The answer has everything the form shows beside its fields:
   one of them — itself, or the canonical zone with the same offsets for an alias such
   as ``Asia/Calcutta`` (what browsers report for India), or null — the dialog's default.
 
+**Bounded** (:mod:`nbcast.server_extension.check_limits`): the body is streamed and
+refused past its size cap before it is kept (413); the caller needs the ``author``
+role in a tenant that exists before any of it is parsed (403); heavy checks are
+limited per user and per server (429 with ``Retry-After``); what the JSON would build
+is counted in the raw bytes before ``json.loads`` builds it (413); and heavy checks
+run one at a time, each in a child process (:mod:`nbcast.server_extension.check_work`,
+which holds the work itself: this module holds the route, the gates and the look-up
+of the published definition). ``published.source_path`` is shown relative to the server's
+root, and the file ``path`` names is looked at only for a caller who may read it
+through the contents API (:mod:`nbcast.server_extension.contents_paths`).
+
 It runs the same validation as publishing (:func:`nbcast.definitions.versions.prepare_loaded`
 and the deployment's rules, :func:`~nbcast.definitions.versions.check_here`), so a
 notebook that checks clean publishes clean, save for a race with another publish. The
@@ -31,33 +42,49 @@ version, and a large plot would only cost bandwidth).
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import math
+from collections.abc import Awaitable
 from typing import Any
-from zoneinfo import available_timezones
 
 from jupyter_server.auth.decorator import authorized
+from tornado.web import stream_request_body
 
 from nbcast.access import Caller
-from nbcast.definitions.notebook import loaded_document, parameters_cell
-from nbcast.definitions.parameters import parse_parameters_cell, schema_to_json
 from nbcast.definitions.queries import get_definition, get_version
-from nbcast.definitions.spec import check_name
-from nbcast.definitions.versions import check_here, prepare_loaded
-from nbcast.definitions.zones import canonical_twin, canonical_zones, zone_problem
-from nbcast.errors import MetadataError, NbcastError, UnknownDefinitionError
-from nbcast.limits import clip
-from nbcast.scheduler.upcoming import upcoming
-from nbcast.server_extension.contents_paths import bound_source, contents_path
+from nbcast.definitions.zones import canonical_zones
+from nbcast.errors import NbcastError, UnknownDefinitionError
+from nbcast.governance.roles import Role, require
+from nbcast.server_extension.check_limits import (
+    DRAIN_BYTES_PER_SECOND,
+    DRAIN_STEP_BYTES,
+    HEAVY_CHECK_BYTES,
+    Admission,
+    CheckLimits,
+    body_cap,
+    raw_problem,
+)
+from nbcast.server_extension.check_work import CHECK_FIRES, check_body, check_in_child
+from nbcast.server_extension.contents_paths import (
+    bound_source,
+    contents_path,
+    readable_path,
+    shown_source,
+)
 from nbcast.server_extension.errors import ApiError
-from nbcast.server_extension.handlers.api_definitions import UPCOMING, tenant_exists
+from nbcast.server_extension.handlers.api_definitions import (
+    SOURCE_PATH_HELP,
+    UPCOMING,
+    tenant_exists,
+)
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import schema
 from nbcast.server_extension.routes import API, Operation, route
 
-__all__ = ["CHECK_FIRES", "NotebookCheckHandler"]
+__all__ = ["CHECK_FIRES", "LIMITS_KEY", "NotebookCheckHandler", "TooManyChecks"]
 
-CHECK_FIRES = 5
-"""Fire times a check shows."""
+LIMITS_KEY = "nbcast_check_limits"
+"""The tornado settings key of the server's :class:`CheckLimits`."""
 
 _STRING = {"type": "string"}
 _NULLABLE_STRING = {"type": ["string", "null"]}
@@ -133,7 +160,7 @@ CHECK = schema(
                 "properties": {
                     "name": _STRING,
                     "latest_version": {"type": "integer", "minimum": 1},
-                    "source_path": _STRING,
+                    "source_path": {"type": "string", "description": SOURCE_PATH_HELP},
                     "this_file": {
                         "type": "boolean",
                         "description": "The definition is bound to the file `path` names",
@@ -164,108 +191,174 @@ CHECK = schema(
         tag="definitions",
         body=CHECK_BODY,
         response=CHECK,
-        errors=(400, 403, 413),
+        errors=(400, 403, 413, 429),
     ),
 )
+@stream_request_body
 class NotebookCheckHandler(ApiHandler):
-    """The check (module docstring)."""
+    """The check (module docstring). The body is streamed in (:meth:`data_received`)
+    so that its size and the heavy-check limits are settled before it is kept."""
+
+    _body: bytearray
+    _cap: int
+    _draining: bool
+    _dropped: int
+    _refusal: ApiError | None
+    _admission: Admission | None
+
+    @property
+    def limits(self) -> CheckLimits:
+        """The server's one :class:`CheckLimits` (made on first use)."""
+        limits: CheckLimits | None = self.settings.get(LIMITS_KEY)
+        if limits is None:
+            limits = CheckLimits(per_minute=self.state.options.heavy_checks_per_minute)
+            self.settings[LIMITS_KEY] = limits
+        return limits
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Authenticate (jupyter-server), then settle the size cap and, for a heavy
+        check, the per-user and per-server limits — before a byte of the body is
+        kept. A refusal is answered once the body has been read and dropped, after
+        ``@authorized`` and the role check (:meth:`post`)."""
+        self._body, self._refusal, self._admission = bytearray(), None, None
+        self._draining, self._dropped = False, 0
+        self._cap = body_cap(self.state.environ)
+        await super().prepare()
+        if self._finished:
+            return
+        declared = _content_length(self.request.headers.get("Content-Length"))
+        if declared is not None and declared > self._cap:
+            self._refuse_unread(self._refuse_size())
+            return
+        heavy = declared is None or declared > HEAVY_CHECK_BYTES
+        if not heavy or not self.current_user:
+            return
+        try:
+            user = self.caller.user
+        except NbcastError:
+            return  # no tenant: post refuses it
+        admitted = self.limits.admit(user)
+        if isinstance(admitted, Admission):
+            self._admission = admitted
+        else:
+            self._refuse_unread(TooManyChecks(admitted.reason, admitted.retry_after))
+
+    def _refuse_unread(self, refusal: ApiError) -> None:
+        """A refusal settled before the body is read: the body is read and dropped and
+        the refusal answered after the role check (:meth:`post`) — unless the server
+        already drains :data:`~nbcast.server_extension.check_limits.MAX_DRAINING`
+        bodies, when it is answered now and the connection closed (a flood)."""
+        self._refusal = refusal
+        if not self.limits.start_drain():
+            raise refusal
+        self._draining = True
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        """Keep the body while it stays under the cap and nothing refused it; a
+        refused body is read and dropped, at most
+        :data:`~nbcast.server_extension.check_limits.DRAIN_BYTES_PER_SECOND`."""
+        if self._refusal is not None:
+            self._dropped += len(chunk)
+            if self._dropped < DRAIN_STEP_BYTES:
+                return None
+            self._dropped = 0
+            return asyncio.sleep(DRAIN_STEP_BYTES / DRAIN_BYTES_PER_SECOND)
+        self._body += chunk
+        if len(self._body) > self._cap:
+            self._refuse_size()
+        return None
+
+    def _refuse_size(self) -> ApiError:
+        """The body is over the cap: drop it, give the place back, say so (413)."""
+        self._body = bytearray()
+        self.limits.release(self._admission)
+        self._refusal = ApiError(
+            413,
+            f"the check body is larger than {self._cap:,} bytes (twice "
+            "NBCAST_MAX_NOTEBOOK_BYTES): send the notebook without its outputs",
+            code="too_large",
+            field="notebook",
+        )
+        return self._refusal
+
+    def on_finish(self) -> None:
+        """Give the heavy check's place (and a drained body's) back."""
+        self._give_back()
+        super().on_finish()
+
+    def on_connection_close(self) -> None:
+        """The client went away (perhaps mid-body): give its places back."""
+        self._give_back()
+        super().on_connection_close()
+
+    def _give_back(self) -> None:
+        self.limits.release(getattr(self, "_admission", None))
+        if getattr(self, "_draining", False):
+            self._draining = False
+            self.limits.end_drain()
+        self._body = bytearray()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """The JSON error, with ``Retry-After`` on a 429."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, TooManyChecks):
+            self.set_header("Retry-After", str(exc.retry_after))
+        super().write_error(status_code, **kwargs)
 
     @authorized
     async def post(self) -> None:
-        """Check the notebook of the body."""
+        """Check the notebook of the body (the gates of
+        :mod:`~nbcast.server_extension.check_limits`, in order)."""
         caller = self.caller
-        body = await self.json_object()
-        unknown = sorted(set(body) - {"notebook", "path", "name", "timezone"})
-        if unknown:
-            raise ApiError(400, f"unknown field {clip(unknown[0])}", field=unknown[0][:100])
-        notebook = body.get("notebook")
-        if not isinstance(notebook, dict):
-            raise ApiError(400, "notebook must be the notebook's JSON object", field="notebook")
-        path = body.get("path")
-        if path is not None and (not isinstance(path, str) or len(path) > 1024):
-            raise ApiError(400, "path must be text of at most 1,024 characters", field="path")
-        name = body.get("name")
-        if name is not None and (not isinstance(name, str) or len(name) > 200):
-            raise ApiError(400, "name must be text of at most 200 characters", field="name")
-        zone = body.get("timezone")
-        if zone is not None and (not isinstance(zone, str) or len(zone) > 64):
-            raise ApiError(400, "timezone must be text of at most 64 characters", field="timezone")
-        origin = (path or f"{name or 'report'}.ipynb").rsplit("/", 1)[-1]
-        bound = self._file_of(path)
-        result = await self.call(self._check, caller, notebook, origin, name or None, bound)
-        result["zones"] = sorted(canonical_zones())
-        result["timezone"] = None if zone is None else await self.call(schedule_zone, zone)
-        self.write_json(result)
+        await self.call(self._require_author, caller)
+        if self._refusal is not None:
+            raise self._refusal
+        raw, self._body = self._body, bytearray()
+        problem = raw_problem(raw)
+        if problem is not None:
+            raise ApiError(413, problem, code="too_large", field="notebook")
+        environ, now = self.state.environ, self.state.clock.now()
+        heavy = len(raw) > HEAVY_CHECK_BYTES
+        async with self.limits.parsing(heavy):
+            if heavy:  # seconds of pure Python: in a child, not under our lock
+                work = await check_in_child(raw, environ, now)
+            else:
+                work = await self.call(check_body, raw, environ, now)
+        del raw
+        bound = await self._file_of(work.pop("path"))
+        sha256 = work.pop("sha256")
+        name = work["name"]
+        work["published"] = (
+            None if name is None else await self.call(self._published, caller, name, sha256, bound)
+        )
+        work["channels"], work["formats"] = _registered()
+        work["zones"] = sorted(canonical_zones())
+        self.write_json(work)
 
-    def _file_of(self, path: str | None) -> str | None:
+    def _require_author(self, caller: Caller) -> None:
+        """The ``author`` role in an existing tenant (AccessDeniedError: 403)."""
+        with self.state.db.session() as session:
+            require(session, caller, Role.author, "checking a notebook", self.state.clock.now())
+
+    async def _file_of(self, path: str | None) -> str | None:
         """The file a publish of contents path ``path`` would bind the definition to
-        (as ``POST /definitions {path}`` names it), or None."""
+        (as ``POST /definitions {path}`` names it), or None — also when the caller
+        may not read that path through the contents API, so a check tells nothing
+        about files its caller could not publish."""
         if not path:
             return None
         try:
-            return bound_source(self.contents_manager, contents_path(path))
+            clean = contents_path(path)
+            if not await readable_path(self, clean):
+                return None
+            return bound_source(self.contents_manager, clean)
         except (ApiError, OSError, ValueError):
             return None
 
-    def _check(
-        self,
-        caller: Caller,
-        notebook: dict[str, Any],
-        origin: str,
-        name: str | None,
-        bound: str | None,
-    ) -> dict[str, Any]:
-        from nbcast.delivery.channels import channels
-        from nbcast.delivery.renderers import renderers
-
-        result: dict[str, Any] = {
-            "name": None,
-            "parameters": [],
-            "problem": None,
-            "next_fires": [],
-            "published": None,
-            "channels": channels.names(),
-            "formats": renderers.names(),
-        }
-        try:
-            loaded = loaded_document(notebook, origin)
-        except NbcastError as exc:
-            result["problem"] = {"field": "notebook", "message": str(exc)}
-            return result
-        try:
-            cell = parameters_cell(loaded.notebook)
-            schema = parse_parameters_cell(cell[1]) if cell else ()
-        except NbcastError as exc:
-            result["problem"] = {"field": "parameters", "message": str(exc)}
-            result["name"] = _name_or_none(name, loaded.block)
-            return self._with_published(result, caller, bound)
-        result["parameters"] = schema_to_json(schema)
-        try:
-            prepared = prepare_loaded(loaded, name, source_path="api:", schema=schema)
-            # What depends on this deployment (a webhook URL its policy forbids), as
-            # publishing checks it: a notebook that checks clean publishes clean.
-            check_here(prepared, self.state.environ)
-        except MetadataError as exc:
-            result["problem"] = {"field": exc.field, "message": exc.message}
-            result["name"] = _name_or_none(name, loaded.block)
-        except NbcastError as exc:
-            result["problem"] = {"field": "notebook", "message": str(exc)}
-            result["name"] = _name_or_none(name, loaded.block)
-        else:
-            result["name"] = prepared.name
-            schedule = prepared.spec.schedule
-            if schedule is not None:
-                now = self.state.clock.now()
-                result["next_fires"] = [f.to_json() for f in upcoming(schedule, now, CHECK_FIRES)]
-            result["published"] = self._published(caller, prepared.name, prepared.sha256, bound)
-        return self._with_published(result, caller, bound)
-
-    def _with_published(
-        self, result: dict[str, Any], caller: Caller, bound: str | None
-    ) -> dict[str, Any]:
-        if result["published"] is None and result["name"] is not None:
-            result["published"] = self._published(caller, result["name"], None, bound)
-        return result
+    @property
+    def _root(self) -> str | None:
+        root = getattr(self.contents_manager, "root_dir", None)
+        return root if isinstance(root, str) else None
 
     def _published(
         self, caller: Caller, name: str, sha256: str | None, bound: str | None
@@ -281,30 +374,32 @@ class NotebookCheckHandler(ApiHandler):
         return {
             "name": record.name,
             "latest_version": record.latest_version,
-            "source_path": record.source_path,
+            "source_path": shown_source(record.source_path, self._root),
             "this_file": bound is not None and record.source_path == bound,
             "paused": record.paused,
             "same": sha256 is not None and latest.sha256 == sha256,
         }
 
 
-@functools.lru_cache(maxsize=1024)
-def schedule_zone(name: str) -> str | None:
-    """``name`` as a schedule may name it: itself when accepted, else the canonical zone
-    that keeps its offsets (an alias: ``Asia/Calcutta`` is ``Asia/Kolkata``), else None."""
-    if zone_problem(name) is None:
-        return name
-    if name != "localtime" and name in available_timezones():
-        return canonical_twin(name)
-    return None
+class TooManyChecks(ApiError):
+    """429: a heavy check refused for load, with the seconds until a retry."""
+
+    def __init__(self, reason: str, retry_after: float) -> None:
+        seconds = max(1, min(60, math.ceil(retry_after)))
+        super().__init__(429, f"{reason}: try again in {seconds} s", code="too_many_requests")
+        self.retry_after = seconds
 
 
-def _name_or_none(name: str | None, block: Any) -> str | None:
-    """The name a notebook whose block is refused would publish as, if it is valid."""
-    candidate = name or (block.get("name") if isinstance(block, dict) else None)
-    if not isinstance(candidate, str):
+def _content_length(text: str | None) -> int | None:
+    """The declared body length (None: not declared, or not a number tornado kept)."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
         return None
-    try:
-        return check_name(candidate)
-    except MetadataError:
-        return None
+    return int(text)
+
+
+def _registered() -> tuple[list[str], list[str]]:
+    """The channel and format names the registries know (built-ins and plug-ins)."""
+    from nbcast.delivery.channels import channels
+    from nbcast.delivery.renderers import renderers
+
+    return channels.names(), renderers.names()

@@ -24,6 +24,11 @@ JupyterLab dialog shows it next to the fire time. A bare date is the start of th
 day in ``tz``. A published definition's preview (``--definition``) is
 ``GET /nbcast/api/v1/definitions/{name}/preview``. Every problem (a bad cron, an
 unknown zone, more slots than ``limit``) is a 400 naming it.
+
+It reads no tenant's data, but it is the installation's computing time: it is for
+operators and people with a role in an existing tenant
+(:func:`~nbcast.governance.roles.require_role_or_operator`), checked before any input
+is parsed; an authenticated user without one gets 403.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ class SchedulePreviewHandler(ApiHandler):
     @authorized
     async def get(self) -> None:
         """The previewed slots."""
-        self.caller  # noqa: B018 - a user without a tenant is refused here too
+        await self.installation_caller("previewing a schedule")
         cron = self.query("cron")
         every = self.query("every", max_length=64)
         tz = self.query("tz", max_length=64) or "UTC"

@@ -127,6 +127,32 @@ class _TenantBase(ApiHandler):
             raise ApiError(404, f"no tenant {raw[:64]!r}", code="not_found", field="tenant")
         return raw
 
+    async def quota_body(self, empty: str) -> dict[str, Any]:
+        """The JSON body: at least one known quota (values are the command's to check)."""
+        body = await self.json_object()
+        if not body:
+            raise ApiError(400, empty, field="body")
+        for field in body:
+            if field not in QUOTA_FIELDS:
+                raise ApiError(
+                    400,
+                    f"unknown quota {field[:64]!r} (known: {', '.join(QUOTA_FIELDS)})",
+                    field=field[:64],
+                )
+        return body
+
+    def apply(self, command: Any, name: str, values: dict[str, Any]) -> dict[str, Any]:
+        """Run ``command`` (a quota change of tenant ``name``): 404 before any write, a
+        refusal of a value as 400 naming its field."""
+        self.one(name)
+        try:
+            return tenant_json(
+                command(self.state.db, self.state.clock, self.caller, name, **values)
+            )
+        except ConfigError as exc:
+            field = next((f for f in values if str(exc).startswith(f)), None)
+            raise ApiError(400, str(exc), field=field) from None
+
     def one(self, name: str) -> dict[str, Any]:
         with self.state.db.session() as session:
             return tenant_json(tenant_record(session, self.caller, name, self.state.clock.now()))
@@ -206,29 +232,11 @@ class TenantQuotaHandler(_TenantBase):
     async def patch(self, tenant: str) -> None:
         """Change the quotas named in the body; answer the tenant as it now is."""
         name = self.tenant_name(tenant)
-        body = await self.json_object()
-        if not body:
-            raise ApiError(400, "name at least one quota to change", field="body")
+        body = await self.quota_body("name at least one quota to change")
         for field, value in body.items():
-            if field not in QUOTA_FIELDS:
-                raise ApiError(
-                    400,
-                    f"unknown quota {field[:64]!r} (known: {', '.join(QUOTA_FIELDS)})",
-                    field=field[:64],
-                )
             if value is None and field not in _NULLABLE_QUOTAS:
                 raise ApiError(400, f"{field} needs a value", field=field)
-        self.write_json(await self.call(self._change, name, body))
-
-    def _change(self, name: str, values: dict[str, Any]) -> dict[str, Any]:
-        self.one(name)  # 404 before any write
-        try:
-            return tenant_json(
-                change_quota(self.state.db, self.state.clock, self.caller, name, **values)
-            )
-        except ConfigError as exc:
-            field = next((f for f in values if str(exc).startswith(f)), None)
-            raise ApiError(400, str(exc), field=field) from None
+        self.write_json(await self.call(self.apply, change_quota, name, body))
 
 
 @route(
@@ -252,24 +260,5 @@ class TenantCeilingsHandler(_TenantBase):
     async def put(self, tenant: str) -> None:
         """Set the ceilings named in the body; answer the tenant as it now is."""
         name = self.tenant_name(tenant)
-        body = await self.json_object()
-        if not body:
-            raise ApiError(400, "name at least one ceiling to set", field="body")
-        for field in body:
-            if field not in QUOTA_FIELDS:
-                raise ApiError(
-                    400,
-                    f"unknown quota {field[:64]!r} (known: {', '.join(QUOTA_FIELDS)})",
-                    field=field[:64],
-                )
-        self.write_json(await self.call(self._set, name, body))
-
-    def _set(self, name: str, values: dict[str, Any]) -> dict[str, Any]:
-        self.one(name)  # 404 before any write
-        try:
-            return tenant_json(
-                set_ceilings(self.state.db, self.state.clock, self.caller, name, **values)
-            )
-        except ConfigError as exc:
-            field = next((f for f in values if str(exc).startswith(f)), None)
-            raise ApiError(400, str(exc), field=field) from None
+        body = await self.quota_body("name at least one ceiling to set")
+        self.write_json(await self.call(self.apply, set_ceilings, name, body))

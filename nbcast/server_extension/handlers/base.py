@@ -26,18 +26,17 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from nbcast.access import Caller
 from nbcast.errors import ConfigError, NbcastError
-from nbcast.limits import json_problem, storable_text
+from nbcast.limits import storable_text
 from nbcast.server_extension.errors import ApiError, error_body, status_of
 from nbcast.server_extension.identity import caller_for
+from nbcast.server_extension.json_body import decode_json_body
 from nbcast.server_extension.state import ServerState
 
-__all__ = ["STATE_KEY", "ApiHandler", "NbcastMixin"]
+__all__ = ["STATE_KEY", "ApiHandler", "NbcastMixin", "whole_number"]
 
 STATE_KEY = "nbcast_state"
 """The tornado settings key of the :class:`ServerState`."""
 
-MAX_JSON_BODY = 32 * 1024 * 1024
-"""The largest JSON body accepted (a published notebook is the largest)."""
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -66,6 +65,22 @@ class NbcastMixin:
     async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` in the extension's thread pool."""
         return await self.state.run(function, *args, **kwargs)
+
+    async def installation_caller(self, doing: str) -> Caller:
+        """The caller, if they may see what belongs to the installation rather than a
+        tenant (an operator, or a role in an existing tenant:
+        :func:`~nbcast.governance.roles.require_role_or_operator`, in a transaction of
+        its own); AccessDeniedError (403) otherwise. For handlers that read no table
+        of their own; one that does makes the check in its own transaction."""
+        caller = self.caller
+        await self.call(self._require_role_or_operator, caller, doing)
+        return caller
+
+    def _require_role_or_operator(self, caller: Caller, doing: str) -> None:
+        from nbcast.governance.roles import require_role_or_operator
+
+        with self.state.db.session() as session:
+            require_role_or_operator(session, caller, doing, self.state.clock.now())
 
 
 class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
@@ -109,20 +124,7 @@ class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
 
     @staticmethod
     def _decode_body(raw: bytes) -> Any:
-        if len(raw) > MAX_JSON_BODY:
-            raise ApiError(
-                413, f"the body is larger than {MAX_JSON_BODY:,} bytes", code="too_large"
-            )
-        if not raw.strip():
-            raise ApiError(400, "a JSON body is required", field="body")
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "the body is not JSON", field="body") from None
-        problem = json_problem(body)
-        if problem:
-            raise ApiError(400, f"the body {problem}", field="body")
-        return body
+        return decode_json_body(raw)
 
     async def json_object(self) -> dict[str, Any]:
         """The JSON body, which must be an object."""
@@ -149,14 +151,14 @@ class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
         return value
 
     def query_int(self, name: str, *, low: int, high: int) -> int | None:
-        """Integer query parameter ``name`` in ``[low, high]`` (None when absent)."""
+        """Integer query parameter ``name`` in ``[low, high]`` (None when absent): ASCII
+        digits only (:func:`whole_number`)."""
         raw = self.query(name, max_length=24)
         if raw is None:
             return None
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ApiError(400, f"{name} must be a whole number", field=name) from None
+        value = whole_number(raw)
+        if value is None:
+            raise ApiError(400, f"{name} must be a whole number in ASCII digits (0-9)", field=name)
         if not low <= value <= high:
             raise ApiError(400, f"{name} must be from {low:,} to {high:,}", field=name)
         return value
@@ -175,9 +177,25 @@ class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
 
     def path_int(self, name: str, value: str) -> int:
         """A path segment that must be a positive id."""
-        if not (value.isascii() and value.isdigit()) or len(value) > 19:
+        number = whole_number(value)
+        if number is None:
             raise ApiError(404, f"no {name} {value[:40]!r}", code="not_found", field=name)
-        return int(value)
+        return number
+
+
+MAX_QUERY_DIGITS = 19
+"""The most digits an integer query parameter may have (a signed 64-bit id has 19)."""
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a non-negative integer if it is 1 to :data:`MAX_QUERY_DIGITS` ASCII
+    digits, else None. Python's ``int()`` is not used on its own: it also takes other
+    scripts' digits (``int("١٢")`` is 12), a sign, surrounding blanks and ``_``
+    separators, so ``?limit=١٢`` would reach the command layer as a number that no
+    client wrote."""
+    if not 0 < len(text) <= MAX_QUERY_DIGITS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
 
 
 def _default(value: Any) -> Any:

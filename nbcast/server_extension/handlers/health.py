@@ -1,10 +1,18 @@
-"""``/nbcast/api/v1/health``: the services' heartbeats and the scheduler's lag."""
+"""``/nbcast/api/v1/health``: the services' heartbeats and the scheduler's lag.
+
+The services belong to the installation, not to a tenant, so who may read them is
+:func:`~nbcast.governance.roles.require_role_or_operator`'s decision: an operator, or
+a person with a role in an existing tenant; an authenticated user without one (no
+role, or mapped to a tenant nobody created) gets 403 and learns nothing about the
+installation (its hosts, process ids, versions)."""
 
 from __future__ import annotations
 
 from jupyter_server.auth.decorator import authorized
 
+from nbcast.access import Caller
 from nbcast.governance.health import health
+from nbcast.governance.roles import require_role_or_operator
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.routes import API, Operation, ref, route
 
@@ -28,10 +36,11 @@ class HealthHandler(ApiHandler):
     @authorized
     async def get(self) -> None:
         """The health document."""
-        self.caller  # noqa: B018 - a user without a tenant is refused here too
-        report = await self.call(self._health)
+        report = await self.call(self._health, self.caller)
         self.write_json(report)
 
-    def _health(self) -> dict[str, object]:
+    def _health(self, caller: Caller) -> dict[str, object]:
+        now = self.state.clock.now()
         with self.state.db.session() as session:
-            return health(session, self.state.clock.now()).to_json()
+            require_role_or_operator(session, caller, "reading the services' health", now)
+            return health(session, now).to_json()

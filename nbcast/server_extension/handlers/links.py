@@ -14,7 +14,11 @@ What protects it instead:
   well-signed token whose link no longer exists, **410** for an expired or revoked
   link or a file no longer stored; a small HTML page, never a stack trace;
 - every address is rate limited (``NbcastApp.link_rate_per_minute``,
-  :mod:`nbcast.server_extension.ratelimit`): **429** with ``Retry-After``;
+  :mod:`nbcast.server_extension.ratelimit`): **429** with ``Retry-After``. The address
+  is the connection's own unless it comes from one of ``NbcastApp.trusted_proxies``
+  with ``ServerApp.trust_xheaders`` on (:mod:`nbcast.server_extension.forwarded`): a
+  client's own ``X-Forwarded-For`` or ``X-Real-Ip`` neither escapes the limit nor
+  changes the network an opening records;
 - the served file cannot act: HTML is served with ``Content-Security-Policy:
   sandbox`` (no ``allow-scripts``: a script in a notebook's output never runs, and
   the page gets a unique origin) and ``default-src 'none'`` (it loads nothing from
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import html
 import logging
+import socket
 from typing import IO, Any
 from urllib.parse import quote
 
@@ -125,15 +130,27 @@ class PublicHandler(NbcastMixin, ExtensionHandlerMixin, JupyterHandler):
 
     def rate_limit(self) -> None:
         """Take one request from the client address's bucket; 429 when it is empty."""
-        retry_after = self.limiter.take(self.request.remote_ip or "unknown")
+        retry_after = self.limiter.take(self.client_address or "unknown")
         if retry_after is not None:
             raise TooManyRequests(retry_after)
 
     @property
     def client_address(self) -> str:
-        """The client's address as jupyter-server sees it (a proxy's forwarded one
-        with ``ServerApp.trust_xheaders``)."""
-        return self.request.remote_ip or ""
+        """The client's address: the connection's peer, or the address a trusted proxy
+        forwarded (:meth:`~nbcast.server_extension.forwarded.TrustedProxies.client_address`)."""
+        return self.state.options.proxies.client_address(self.peer_address, self.request.headers)
+
+    @property
+    def peer_address(self) -> str:
+        """The address of the connection itself, whatever the request's headers say
+        (tornado has already replaced ``request.remote_ip`` by a forwarded one when
+        ``trust_xheaders`` is on); ``""`` for a UNIX socket."""
+        context = getattr(self.request.connection, "context", None)
+        address = getattr(context, "address", None)
+        family = getattr(context, "address_family", None)
+        if family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple):
+            return str(address[0])
+        return "" if context is not None else (self.request.remote_ip or "")
 
     def refusal(self, exc: NbcastError) -> HTTPError:
         """The HTTP answer to a refused token."""

@@ -5,10 +5,14 @@ Scraping needs jupyter-server's authentication and authorization (``@authorized`
 resource ``nbcast``: send ``Authorization: token …``) unless the operator sets
 ``NbcastApp.metrics_open = True`` — then anyone who reaches the server may scrape,
 so open it only where the network is the protection (a scrape port behind the
-proxy). The per-tenant queue depth, which names tenants, is served to operators
-(the server's own token — the owner's credential, which a Prometheus scrape job
-normally carries — and anyone granted the operator role, ``NbcastApp.admin_users``
-included) and on an open endpoint; a tenant's user who scrapes sees the totals only.
+proxy). Behind authentication the numbers are the installation's, so they are for
+the server's own token (the owner's credential, which a Prometheus scrape job
+normally carries), operators and people with a role in an existing tenant
+(:func:`~nbcast.governance.roles.require_role_or_operator`); an authenticated user
+without one gets 403. The per-tenant queue depth, which names tenants, is served to
+operators (the server's own token, and anyone granted the operator role,
+``NbcastApp.admin_users`` included) and on an open endpoint; a tenant's user who
+scrapes sees the totals only.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from nbcast.access import Caller
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.identity import is_anonymous
 from nbcast.server_extension.metrics import metrics_registry
@@ -44,14 +49,18 @@ class MetricsHandler(ApiHandler):
     async def _authorized(self) -> None:
         """For an authenticated, authorized user; tenants named for administrators."""
         caller = self.caller  # a user without a tenant is refused here too
-        operator = is_anonymous(self.current_user) or await self.call(self._operates, caller.user)
+        owner = is_anonymous(self.current_user)
+        operator = owner or await self.call(self._operates, caller)
         await self._expose(per_tenant=operator)
 
-    def _operates(self, user: str) -> bool:
-        from nbcast.governance.roles import is_operator
+    def _operates(self, caller: Caller) -> bool:
+        """Whether ``caller`` operates the installation; AccessDeniedError when they
+        neither operate it nor hold a role in an existing tenant."""
+        from nbcast.governance.roles import is_operator, require_role_or_operator
 
         with self.state.db.session() as session:
-            return is_operator(session, user)
+            require_role_or_operator(session, caller, "reading the metrics", self.state.clock.now())
+            return is_operator(session, caller.user)
 
     async def _expose(self, *, per_tenant: bool) -> None:
         registry = metrics_registry(self.state.db, self.state.clock, per_tenant=per_tenant)

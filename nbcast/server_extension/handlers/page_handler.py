@@ -7,6 +7,13 @@ durations, sizes and states), leaves and pops the one-time flash message of
 Post/Redirect/Get in a signed cookie, and answers an error with a page of its status
 and one line of text, never a traceback. Routes are registered with
 :func:`page_route` (in the URL table, not in the OpenAPI document).
+
+Every page shows the installation's frame (the services, the queue) around a
+tenant's objects, so every page's read starts with
+:func:`~nbcast.governance.roles.require_role_or_operator` (:data:`READING`) in its own
+transaction: an operator, or a person with a role in an existing tenant; anyone else
+(no role, or mapped to a tenant nobody created) gets a 403 page and nothing is
+created or claimed for a tenant that does not exist.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ __all__ = [
     "ACTIVE_DELIVERY",
     "ACTIVE_RUN",
     "MAX_FLASH",
+    "READING",
     "REFRESH_ACTIVE_S",
     "REFRESH_OVERVIEW_S",
     "PageHandler",
@@ -51,6 +59,8 @@ REFRESH_OVERVIEW_S = 30
 FLASH_COOKIE = "nbcast-flash"
 MAX_FLASH = 600
 """Characters of a flash message kept (one line)."""
+READING = "reading the status pages"
+"""What a page's role check says the caller was doing (module docstring)."""
 ACTIVE_RUN = frozenset(ACTIVE_STATES)
 """Run states that make a page refresh itself."""
 ACTIVE_DELIVERY = frozenset({DeliveryState.PENDING, DeliveryState.SENDING})

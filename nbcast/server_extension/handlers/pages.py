@@ -48,6 +48,7 @@ from nbcast.scheduler.upcoming import UpcomingFire
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_RUN,
+    READING,
     REFRESH_ACTIVE_S,
     REFRESH_OVERVIEW_S,
     PageHandler,
@@ -118,7 +119,7 @@ class OverviewPage(PageHandler):
         def read() -> tuple[Any, dict[str, int]]:
             now = self.state.clock.now()
             with self.state.db.session() as session:
-                data = overview(session, caller, now)
+                data = overview(session, caller, now)  # checks the caller's role
                 known = tenant_known(session, caller)
                 misses = miss_counts(session, caller, now - WINDOW, now) if known else {}
                 return data, misses
@@ -176,6 +177,7 @@ class DefinitionsPage(PageHandler):
         from nbcast.access import Page
         from nbcast.definitions.queries import list_definitions
         from nbcast.governance.overview import tenant_known
+        from nbcast.governance.roles import require_role_or_operator
 
         caller = self.caller
         after = self.get_query_argument("after", None)
@@ -185,7 +187,8 @@ class DefinitionsPage(PageHandler):
         def read() -> tuple[Any, dict[int, Fires]]:
             now = self.state.clock.now()
             with self.state.db.session() as session:
-                if not tenant_known(session, caller):
+                require_role_or_operator(session, caller, READING, now)
+                if not tenant_known(session, caller):  # an operator mapped to no tenant
                     return Page([], None), {}
                 page = list_definitions(session, caller, limit=100, after=after)
             fires = {d.id: next_fires(d.block, now, LIST_FIRES) for d in page.items if not d.paused}
@@ -227,13 +230,15 @@ class DefinitionPage(PageHandler):
         from nbcast.errors import UnknownDefinitionError
         from nbcast.executor.queries import list_runs
         from nbcast.governance.overview import tenant_known
+        from nbcast.governance.roles import require_role_or_operator
         from nbcast.governance.sla_queries import list_misses
         from nbcast.governance.sla_verdict import span
         from nbcast.scheduler.upcoming import upcoming
 
         now = self.state.clock.now()
         with self.state.db.session() as session:
-            if not tenant_known(session, caller):
+            require_role_or_operator(session, caller, READING, now)
+            if not tenant_known(session, caller):  # an operator mapped to no tenant
                 raise UnknownDefinitionError(f"no definition named {name[:128]!r}")
             definition = get_definition(session, caller, name)
             versions = list_versions(session, caller, name)
@@ -250,8 +255,11 @@ class DefinitionPage(PageHandler):
                 fires = upcoming(schedule, now, UPCOMING)
             except NbcastError as exc:
                 upcoming_error = str(exc)
+        from nbcast.server_extension.contents_paths import shown_record
+
+        root = getattr(self.contents_manager, "root_dir", None)
         return {
-            "d": definition,
+            "d": shown_record(definition, root),  # its file relative to the root
             "versions": list(reversed(versions)),
             "fires": fires,
             "upcoming_error": upcoming_error,

@@ -24,6 +24,7 @@ from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_DELIVERY,
     ACTIVE_RUN,
     MAX_FLASH,
+    READING,
     PageHandler,
     page_route,
 )
@@ -63,9 +64,11 @@ class RunPage(PageHandler):
         from nbcast.executor.artifacts_of_run import attempt_tracebacks
         from nbcast.executor.queries import get_run
         from nbcast.governance.overview import tenant_known
+        from nbcast.governance.roles import require_role_or_operator
 
         with self.state.db.session() as session:
-            if not tenant_known(session, caller):
+            require_role_or_operator(session, caller, READING, self.state.clock.now())
+            if not tenant_known(session, caller):  # an operator mapped to no tenant
                 raise UnknownRunError(f"no run {run_id}")
             run = get_run(session, caller, run_id, artifacts=self.state.store)
             links = list_links(session, caller, run_id=run_id, limit=100).items
@@ -125,9 +128,11 @@ class RunNotebookView(PageHandler):
         from nbcast.errors import RenderError, UnknownRunError
         from nbcast.executor.artifacts_of_run import NotebookUnavailable, run_notebook
         from nbcast.governance.overview import tenant_known
+        from nbcast.governance.roles import require_role_or_operator
 
         with self.state.db.session() as session:
-            if not tenant_known(session, caller):
+            require_role_or_operator(session, caller, READING, self.state.clock.now())
+            if not tenant_known(session, caller):  # an operator mapped to no tenant
                 raise UnknownRunError(f"no run {run_id}")
             try:
                 detail, data = run_notebook(session, caller, run_id, self.state.store)

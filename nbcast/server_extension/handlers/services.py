@@ -1,12 +1,13 @@
 """``/nbcast/api/v1/services/embedded``: the embedded services' supervisor, as it sees
 its children (:mod:`nbcast.server_extension.services`).
 
-Who may read it: any authenticated user with a tenant, as for ``/health``. The
-snapshot holds the same kind of facts as the heartbeat rows ``/health`` already
-shows every user (service kinds, process ids, states) and nothing of any tenant's
-reports, and the overview page every user sees shows the services' state; keeping
-it admin-only would hide from a report's author why its run waits (the worker is
-backing off) while telling an attacker nothing new.
+Who may read it: as for ``/health``, an operator or a person with a role (any) in an
+existing tenant (:func:`~nbcast.governance.roles.require_role_or_operator`); an
+authenticated user without one gets 403. The snapshot holds the same kind of facts as
+the heartbeat rows ``/health`` shows (service kinds, process ids, states) and nothing
+of any tenant's reports, and the overview page shows the services' state; keeping it
+admin-only would hide from a report's author why its run waits (the worker is backing
+off) while telling an attacker nothing new.
 
 The heartbeat rows say what each service *did* (its last beat, its iterations); this
 says what the server *does* about them: whether the child runs or backs off, how
@@ -111,6 +112,6 @@ class EmbeddedServicesHandler(ApiHandler):
     @authorized
     async def get(self) -> None:
         """The snapshot, or ``enabled: false``."""
-        self.caller  # noqa: B018 - a user without a tenant is refused here too
+        await self.installation_caller("reading the embedded services")
         supervisor: ServiceSupervisor | None = self.settings.get(SERVICES_KEY)
         self.write_json(disabled_snapshot() if supervisor is None else supervisor.snapshot())
