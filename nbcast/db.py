@@ -320,10 +320,30 @@ class Database:
         from alembic import command
 
         config = self._alembic_config()
+        sqlite = self.dialect == "sqlite"
         try:
-            with self.engine.begin() as conn:
-                config.attributes["connection"] = conn
-                command.upgrade(config, revision)
+            with self.engine.connect() as conn:
+                raw: Any = conn.connection.driver_connection
+                if sqlite:
+                    # SQLite rebuilds a table to change it; a parent's rows would vanish
+                    # for a moment. So, as SQLite's own procedure for schema changes
+                    # says: foreign keys off (outside the transaction), migrate, check
+                    # every key (foreign_key_check), commit, keys on again.
+                    raw.execute("PRAGMA foreign_keys=OFF")
+                try:
+                    with conn.begin():
+                        config.attributes["connection"] = conn
+                        command.upgrade(config, revision)
+                        if sqlite:
+                            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").first()
+                            if broken is not None:
+                                raise StorageError(
+                                    f"cannot migrate database {self.safe_url}: it would "
+                                    f"leave a foreign key of {broken[0]} broken"
+                                )
+                finally:
+                    if sqlite:
+                        raw.execute("PRAGMA foreign_keys=ON")
         except (sa.exc.DBAPIError, OSError) as exc:
             raise StorageError(
                 f"cannot migrate database {self.safe_url}: {error_reason(exc)}"

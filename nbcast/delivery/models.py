@@ -303,6 +303,8 @@ class SignedLink(Base):
     """A signed link to one rendered file (the ``link`` channel)."""
 
     __tablename__ = "signed_links"
+    # A token names its link by id: never reused on SQLite either (migration 0018).
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
     tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))

@@ -166,3 +166,54 @@ def test_a_token_of_a_tenant_that_no_longer_exists_is_refused(db: Database, tmp_
         use_token(session, signer, token, T0)
     with db.session() as session:
         assert session.scalar(sa.select(sa.func.count()).select_from(Unsubscription)) == 0
+
+
+def _link(session: object, signer: Signer, tenant_id: int, run_id: int, name: str) -> object:
+    return create_link(
+        session,  # type: ignore[arg-type]
+        signer,
+        tenant_id=tenant_id,
+        run_id=run_id,
+        recipient="cfo@example.com",
+        sha256="cd" * 32,  # one file: only the id tells the links apart
+        filename=name,
+        media_type="application/pdf",
+        now=T0,
+        ttl=timedelta(days=7),
+        base_url="https://reports.example.com/",
+    )
+
+
+def test_a_deleted_links_id_is_never_given_again(tmp_path: Path) -> None:
+    """SQLite (item 13 of issue 20): an old token must not come to name a new link once
+    the newest links are deleted. A home upgraded from before keeps its links and
+    their openings (migration 0018 rebuilds the table AUTOINCREMENT)."""
+    from nbcast.delivery.models import LinkOpen, SignedLink
+
+    url = f"sqlite:///{tmp_path / 'nbcast.db'}"
+    db = Database.open(url, upgrade=False)
+    db.upgrade("0017")
+    tenant_id, run_id = _run(db, tmp_path)
+    signer = Signer([NEW])
+    with db.session() as session:
+        first, _second, newest = (
+            _link(session, signer, tenant_id, run_id, f"{n}.pdf") for n in "abc"
+        )
+        session.add(
+            LinkOpen(
+                tenant_id=tenant_id, link_id=first.id, run_id=run_id, opened_at=T0,
+                network="127.0.0.0/24", user_agent="test",
+            )
+        )  # fmt: skip
+    db.dispose()
+    db = Database.open(url)  # to head
+    with db.session() as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(SignedLink)) == 3
+        assert session.scalar(sa.select(LinkOpen.link_id)) == first.id
+        session.execute(sa.delete(SignedLink).where(SignedLink.id == newest.id))
+    with db.session() as session:
+        fresh = _link(session, signer, tenant_id, run_id, "d.pdf")
+    assert fresh.id > newest.id
+    with db.session() as session, pytest.raises(LinkError, match="does not exist"):
+        verify_link(session, signer, newest.token, T0)
+    db.dispose()
