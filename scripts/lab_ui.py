@@ -148,8 +148,16 @@ class LabDriver:
         return self.wait_dialog()
 
     def schedule_from_palette(self) -> Any:
-        self.page.keyboard.press("Control+Shift+C")
+        # The shortcut is lost while another widget (a closing dialog) holds the
+        # keyboard: press it again until the palette shows.
         palette = self.page.locator(".lm-CommandPalette-input")
+        for _ in range(6):
+            self.page.keyboard.press("Control+Shift+C")
+            try:
+                palette.wait_for(timeout=5_000)
+                break
+            except Exception:  # playwright's TimeoutError: press again
+                continue
         palette.wait_for()
         palette.fill("Schedule as report")
         self.page.locator(f".lm-CommandPalette-item[data-command='{SCHEDULE}']").first.click()

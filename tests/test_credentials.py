@@ -157,11 +157,21 @@ def wait_for_heartbeat(process: subprocess.Popen[bytes], home: Path) -> None:
 
 @pytest.fixture
 def control(service_env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """A plain Python process with the same secret: dumpable, as any process."""
+    """A plain Python process with the same secret: dumpable, as any process. It says
+    when it runs: until setpriv has dropped its capabilities and executed Python, the
+    process is root with every capability, which a reader without any may not read."""
     process = subprocess.Popen(
-        [*WITHOUT_CAPABILITIES, sys.executable, "-c", "import time; time.sleep(120)"],
+        [
+            *WITHOUT_CAPABILITIES,
+            sys.executable,
+            "-c",
+            "import sys, time; print('ready', flush=True); time.sleep(120)",
+        ],
         env=service_env,
+        stdout=subprocess.PIPE,
     )
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"ready\n"
     yield process
     process.kill()
     process.wait()
