@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import nbcast.governance
+import nbcast.tenancy
 from nbcast.db import Database
 from nbcast.testing.postgres import scratch_database as scratch_pg_database
 
@@ -118,14 +118,14 @@ def governance_passes(mode: str, repeat: int) -> list[bool]:
 
 @contextmanager
 def governance(on: bool) -> Iterator[None]:
-    """Set :data:`nbcast.governance.ACCOUNTING` for the block (restored after). Set it
+    """Set :data:`nbcast.tenancy.ACCOUNTING` for the block (restored after). Set it
     before forking: a forked child keeps the parent's module state."""
-    previous = nbcast.governance.ACCOUNTING
-    nbcast.governance.ACCOUNTING = on
+    previous = nbcast.tenancy.ACCOUNTING
+    nbcast.tenancy.ACCOUNTING = on
     try:
         yield
     finally:
-        nbcast.governance.ACCOUNTING = previous
+        nbcast.tenancy.ACCOUNTING = previous
 
 
 def overhead(

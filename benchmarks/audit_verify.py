@@ -3,7 +3,7 @@
 Prints JSON. Seeds one tenant's chain of ``--entries`` entries (the hashes computed as
 ``audit.append`` computes them, loaded with COPY), then times, side by side:
 
-- ``verify_s``: :func:`nbcast.governance.audit.verify` — every entry read in keyset
+- ``verify_s``: :func:`nbcast.tenancy.audit.verify` — every entry read in keyset
   batches, its canonical encoding and SHA-256 recomputed and chained, the head compared;
 - ``reference_read_s``: the same rows read in the same batches and nothing else (the
   floor of any check that reads the whole chain), so ``ratio`` is what checking costs
@@ -26,8 +26,8 @@ import sqlalchemy as sa
 
 from benchmarks._common import scratch_database
 from nbcast.db import Database
-from nbcast.governance import audit
-from nbcast.governance.models import AuditHead, Tenant
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import AuditHead, Tenant
 
 
 def seed(db: Database, entries: int) -> int:

@@ -31,7 +31,7 @@ Target: ≥ 2,000 claims/s.
 **Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
 2). Every tenant is seeded with daily budgets no run can spend (1 PB of warehouse
 bytes, 10⁹ CPU seconds) and every success reports 0.01 CPU seconds, on both sides;
-only :data:`nbcast.governance.ACCOUNTING`, set before the claimers fork, differs:
+only :data:`nbcast.tenancy.ACCOUNTING`, set before the claimers fork, differs:
 
 - *on* (nbcast as shipped): the claim function reads each tenant's use of the day
   against its budgets (``p_budgets`` true, one ``tenant_usage_days`` lookup per

@@ -18,7 +18,7 @@ deliveries/s.
 
 **Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
 2). The ``default`` tenant is given daily budgets no run can spend (1 PB, 10⁹ CPU
-seconds) on both sides; only :data:`nbcast.governance.ACCOUNTING`, set before the
+seconds) on both sides; only :data:`nbcast.tenancy.ACCOUNTING`, set before the
 pass is prepared, differs:
 
 - *on* (nbcast as shipped): every answer that ends a delivery (SENT, FAILED,

@@ -25,14 +25,14 @@ The materializer itself has no governance on its path; what differs is what a
 scheduler replica runs after its tick:
 
 - *on* (nbcast as shipped): each throughput replica runs one
-  ``GovernanceRunner(db, clock, owner).step()`` on its fixed clock right after its
+  ``JobRunner(db, clock, owner).step()`` on its fixed clock right after its
   ``tick`` — the SLA monitor over every definition with an SLA, and the daily
   retention job, leased by one replica (no tenant has a policy, so it finds nothing)
-  — inside the timed span; the fire-latency services run their own runner as
-  ``nbcast scheduler run`` does (SLA checks every 30 s of clock time, retention once);
-  :data:`nbcast.governance.ACCOUNTING` is True;
-- *off*: no governance step (the services get a runner with no jobs) and
-  ``ACCOUNTING`` False.
+  — inside the timed span; beside the fire-latency services runs one oversight
+  service per replica, as ``nbcast oversight`` does (SLA checks every 30 s of clock
+  time, retention once), sharing the database;
+  :data:`nbcast.tenancy.ACCOUNTING` is True;
+- *off*: no governance step, no oversight service, and ``ACCOUNTING`` False.
 
 Roles are checked in the command layer only, not here. ``both`` runs on, off, on, off
 … each on a freshly seeded database (throughput with 1 replica, with 3, then fire
@@ -75,9 +75,9 @@ from benchmarks._common import (
 )
 from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
-from nbcast.executor.models import Run
-from nbcast.governance.jobs import GovernanceRunner
+from nbcast.oversight.jobs import JobRunner
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run
 
 ZONES = [
     "UTC",
@@ -172,7 +172,7 @@ def _replica(url: str, now: datetime, index: int, out: Any, governed: bool) -> N
     result = Materializer(db, clock, name=f"bench-{index}", batch=500).tick(now)
     ran: dict[str, dict[str, Any]] = {}
     if governed:  # what a scheduler service replica runs after its tick
-        ran = GovernanceRunner(db, clock, owner=f"bench-{index}").step()
+        ran = JobRunner(db, clock, owner=f"bench-{index}").step()
     out.put((result.slots, ran))
     db.dispose()
 
@@ -298,8 +298,9 @@ def fire_latency(
 ) -> dict[str, Any]:
     """Run the real scheduler service for ``minutes`` with ``active`` definitions
     (the rest paused) and measure due instant -> row committed for every slot that
-    fell due after the service was up; without ``governed`` the services run no
-    governance jobs."""
+    fell due after the service was up; with ``governed`` an oversight service per
+    replica runs beside them."""
+    from nbcast.oversight.service import OversightService
     from nbcast.scheduler.service import SchedulerService
 
     db = Database.open(url, upgrade=False)
@@ -314,7 +315,8 @@ def fire_latency(
         )
         conn.execute(sa.text("ANALYZE"))
     measured_from = datetime.now(UTC)
-    services = []
+    services: list[Any] = []
+    overseers: list[OversightService] = []
     recorders: list[_Recording] = []
     for i in range(replicas):
         service = SchedulerService(db, SystemClock(), name=f"latency-{i}", batch=500, max_sleep=1.0)
@@ -322,16 +324,14 @@ def fire_latency(
             db, service.clock, name=f"latency-{i}", batch=500
         )
         recorders.append(recorder)
-        if not governed:
-            service.governance = GovernanceRunner(
-                db, service.clock, owner=service.name, frequent={}, daily={}
-            )
         services.append(service)
-    threads = [threading.Thread(target=s.run) for s in services]
+        if governed:
+            overseers.append(OversightService(db, SystemClock(), {}, name=f"oversight-{i}"))
+    threads = [threading.Thread(target=s.run) for s in [*services, *overseers]]
     for t in threads:
         t.start()
     time.sleep(minutes * 60)
-    for s in services:
+    for s in [*services, *overseers]:
         s.stop()
     for t in threads:
         t.join()
@@ -352,7 +352,7 @@ def fire_latency(
     if governed:
         result["governance"] = {
             "sla_misses": misses,
-            "failures": sum(s.governance.failures for s in services),
+            "failures": sum(o.jobs.failures for o in overseers),
         }
     return result
 

@@ -27,8 +27,8 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.engines import engines
 from nbcast.executor.worker import Worker
-from nbcast.governance.tenants import get_tenant, set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import get_tenant, set_quota
 
 
 def drain(engine_name: str, runs: int, concurrency: int, sandbox: bool) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class ArtifactStore(ABC):
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; True if it was stored, False if it was not (deleting is
-        idempotent). Only retention deletes (:mod:`nbcast.governance.retention`), and
+        idempotent). Only retention deletes (:mod:`nbcast.oversight.retention`), and
         only content nothing kept refers to; a storage failure raises ``OSError``."""
         return self._delete(_relative(key))
 

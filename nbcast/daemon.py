@@ -43,7 +43,7 @@ import sqlalchemy as sa
 
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
-from nbcast.governance.models import ServiceHeartbeat
+from nbcast.heartbeats import ServiceHeartbeat
 
 __all__ = [
     "DEFAULT_HEARTBEAT_S",
@@ -60,7 +60,7 @@ log = logging.getLogger("nbcast.daemon")
 DEFAULT_HEARTBEAT_S = 5.0
 """Seconds between two heartbeats of a service, unless ``NBCAST_HEARTBEAT_SECONDS``
 says otherwise. Each row records its own interval (``detail.heartbeat_every_s``), so
-whoever reads it (:mod:`nbcast.governance.health`) knows when it is overdue."""
+whoever reads it (:mod:`nbcast.views.health`) knows when it is overdue."""
 
 
 class ServiceState(StrEnum):

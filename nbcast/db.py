@@ -101,12 +101,15 @@ class Base(DeclarativeBase):
 
 
 def import_models() -> None:
-    """Import every plane's models so ``Base.metadata`` knows all tables."""
+    """Import every layer's models so ``Base.metadata`` knows all tables (the one
+    import that runs up the stack: the registration, named in the layer test)."""
     import nbcast.definitions.models
     import nbcast.delivery.models
     import nbcast.executor.models
-    import nbcast.governance.models
-    import nbcast.scheduler.models  # noqa: F401
+    import nbcast.heartbeats
+    import nbcast.oversight.models
+    import nbcast.scheduler.models
+    import nbcast.tenancy.models  # noqa: F401
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from nbcast.db import Database
-from nbcast.governance.models import User
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.tenancy.models import User
+from nbcast.tenancy.tenants import ensure_tenant
 
 
 def grant(db: Database, tenant: str, user: str, role: str = "author") -> None:

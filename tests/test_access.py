@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from nbcast.access import Caller, decode_cursor, encode_cursor
 from nbcast.db import Database
-from nbcast.definitions.queries import list_definitions
 from nbcast.errors import ConfigError
 from nbcast.executor.queries import list_runs
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.tenancy.tenants import ensure_tenant
+from nbcast.views.definitions import list_definitions
 
 KINDS: list[list[type]] = [[datetime, int], [str], [int]]
 JSON = st.recursive(

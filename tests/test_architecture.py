@@ -1,5 +1,8 @@
 """The shape the architecture promises, checked on the source (no import runs):
 
+- a one-way stack: every module's layer follows from its package (:data:`LAYERS`), and
+  no import runs from a lower layer to a higher one — but the models registration
+  (``nbcast.db.import_models`` imports every layer's tables), the one named exception;
 - no import cycle among nbcast's modules, function-level imports included (imports
   under ``TYPE_CHECKING`` aside), except the deliberate one between ``nbcast.db`` and
   the planes' model modules (``import_models`` registers the tables);
@@ -25,9 +28,36 @@ DELIBERATE = {
     "nbcast.definitions.models",
     "nbcast.delivery.models",
     "nbcast.executor.models",
-    "nbcast.governance.models",
+    "nbcast.heartbeats",
+    "nbcast.oversight.models",
     "nbcast.scheduler.models",
+    "nbcast.tenancy.models",
 }
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # The ground: plumbing every layer may use, and the kernel side (imported inside
+    # notebooks: it imports no plane). Top-level modules of ``nbcast`` are here too.
+    ("base", ("sandbox", "warehouse", "output", "testing", "migrations")),
+    # Who may do what: tenants, members, roles, budgets, ceilings, the audit chain.
+    ("tenancy", ("tenancy",)),
+    # The planes, in the data's order: definition -> slot/run -> attempt/outbox ->
+    # rendition/delivery.
+    ("definitions", ("definitions",)),
+    ("scheduler", ("scheduler",)),
+    ("executor", ("executor",)),
+    ("delivery", ("delivery",)),
+    # Above the planes: retention, SLA and its alerts, cost, their jobs and service.
+    ("oversight", ("oversight",)),
+    # Read models across planes: overview, health, metrics, definition and run detail.
+    ("views", ("views",)),
+    # The faces.
+    ("faces", ("server_extension", "cli", "__main__")),
+)
+"""The stack, from the ground up, and the packages of ``nbcast`` in each layer."""
+
+REGISTRATION = ("nbcast.db", "import_models")
+"""The one import allowed to run up the stack: the function that registers every
+layer's tables (``Base.metadata``)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -133,6 +163,58 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
+def _layer(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module``'s layer (from its package)."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and MODULES[module].name != "__init__.py"):
+        package = "__main__" if parts[-1] == "__main__" else ""
+    else:
+        package = parts[1]
+    for index, (_name, packages) in enumerate(LAYERS):
+        if package in packages:
+            return index
+    if not package:
+        return 0
+    raise AssertionError(f"{module}: package nbcast.{package} has no layer in LAYERS")
+
+
+def _registration_lines() -> range:
+    module, function = REGISTRATION
+    tree = ast.parse(MODULES[module].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    raise AssertionError(f"{module}.{function} is gone: update REGISTRATION")
+
+
+def test_every_package_has_a_layer() -> None:
+    for module in MODULES:
+        _layer(module)
+
+
+def test_no_import_runs_up_the_stack_but_the_models_registration() -> None:
+    registration = _registration_lines()
+    upward = []
+    for module in sorted(MODULES):
+        for target, name, line in _imports(module):
+            owner = _owner(target) if target.startswith("nbcast") else None
+            if not owner or owner == module or _layer(owner) <= _layer(module):
+                continue
+            if module == REGISTRATION[0] and line in registration:
+                continue
+            upward.append(
+                f"{module}:{line} ({LAYERS[_layer(module)][0]}) imports {name or owner} "
+                f"from {owner} ({LAYERS[_layer(owner)][0]})"
+            )
+    assert upward == []
+
+
+def test_the_registration_imports_models_only() -> None:
+    registration = _registration_lines()
+    imported = {t for t, _n, line in _imports(REGISTRATION[0]) if line in registration}
+    assert imported == DELIBERATE - {REGISTRATION[0]}
+
+
 def test_no_import_cycle_but_the_models_registration() -> None:
     cycles = _cycles(_graph())
     assert [sorted(c) for c in cycles if c != DELIBERATE] == []
@@ -178,7 +260,8 @@ def test_the_kernel_side_packages_import_no_plane(package: str) -> None:
 def _state_literals() -> set[str]:
     """Every value of the planes' state enums (runs, attempts, deliveries, renditions)."""
     from nbcast.delivery.models import AttemptOutcome, DeliveryState, RenditionState
-    from nbcast.executor.models import Outcome, RunState
+    from nbcast.executor.models import Outcome
+    from nbcast.scheduler.models import RunState
 
     enums = (RunState, Outcome, DeliveryState, AttemptOutcome, RenditionState)
     return {member.value for enum in enums for member in enum}

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from nbcast.clock import FixedClock
 from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
-from nbcast.governance.models import ServiceHeartbeat
+from nbcast.heartbeats import ServiceHeartbeat
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 3, 7, tzinfo=UTC)
@@ -126,7 +126,7 @@ def test_a_service_is_alive_for_three_of_its_own_heartbeat_intervals(
     floor does not make a live service look dead."""
     from datetime import timedelta
 
-    from nbcast.governance.health import health
+    from nbcast.views.health import health
 
     db = Database.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
     service = Flaky(limit=1)
@@ -162,6 +162,7 @@ def test_every_service_keeps_a_heartbeat_row_while_it_runs(pg_url: str, tmp_path
         "scheduler": ["scheduler", "run", "--name", "hb-scheduler", "--max-sleep", "0.2"],
         "worker": ["worker", "--name", "hb-worker", "--no-warm-kernels", "--concurrency", "1"],
         "delivery-worker": ["delivery-worker", "--name", "hb-delivery", "--poll", "0.2"],
+        "oversight": ["oversight", "--name", "hb-oversight", "--interval", "0.2"],
     }
     procs = {
         kind: subprocess.Popen(

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from nbcast.config import load_settings
 from nbcast.db import Base, Database, import_models
 from nbcast.errors import StorageError
-from nbcast.governance.models import Tenant, User
-from nbcast.governance.tenants import ensure_tenant, ensure_user
+from nbcast.tenancy.models import Tenant, User
+from nbcast.tenancy.tenants import ensure_tenant, ensure_user
 
 
 def test_migrations_create_the_tables_and_the_default_tenant(db: Database) -> None:

@@ -25,9 +25,9 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run, RunState
 from nbcast.executor.worker import Worker, default_work_dir
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run, RunState
 from tests.notebooks import make_notebook
 
 NBCAST = [sys.executable, "-m", "nbcast"]

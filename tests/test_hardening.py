@@ -802,7 +802,7 @@ def test_the_error_log_is_never_written_through_a_planted_link(
     code = (
         "import sys, nbcast.cli as c\n"
         "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
-        "import nbcast.definitions.queries as q; q.list_definitions = boom\n"
+        "import nbcast.views.definitions as q; q.list_definitions = boom\n"
         "sys.exit(c.main(['definitions', 'list']))\n"
     )
     done = subprocess.run(

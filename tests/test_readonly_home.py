@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from nbcast.db import Database
-from nbcast.governance.models import Operator
+from nbcast.tenancy.models import Operator
 from tests.conftest import service_missing
 from tests.members import grant
 

@@ -39,6 +39,7 @@ from nbcast.cli import (
     db,
     definitions,
     delivery,
+    oversight,
     retention,
     runs,
     schedule,
@@ -90,6 +91,7 @@ for _area in (
     cost,
     sla,
     delivery,
+    oversight,
     server,
     warehouse,
 ):

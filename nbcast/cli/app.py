@@ -46,7 +46,7 @@ class AppContext:
         """Who the command acts for: the OS user ``NBCAST_USER`` in the tenant named (or
         default) — an OS identity, never a jupyter-server user's (``NBCAST_USER`` that
         begins ``jupyter:`` is refused: :mod:`nbcast.access`); what they may do there
-        is the command layer's to check (:mod:`nbcast.governance.roles`)."""
+        is the command layer's to check (:mod:`nbcast.tenancy.roles`)."""
         from nbcast.access import Caller, Source
 
         try:

@@ -3,7 +3,7 @@
 ``verify`` prints how many entries hold and exits 0; a broken chain — or a chain that
 no longer holds what a signed checkpoint says it held — prints the first broken entry
 (tenant, sequence number, what is wrong) and exits 1: a finding, not a usage error (2).
-``checkpoint`` signs the heads now (:mod:`nbcast.governance.checkpoints`) and can append
+``checkpoint`` signs the heads now (:mod:`nbcast.tenancy.checkpoints`) and can append
 them to a file outside the home; ``public-key`` prints the key that checks them.
 """
 
@@ -50,8 +50,8 @@ def audit_verify(
 ) -> None:
     """Check that no entry was edited, deleted, inserted or reordered, and that the
     chain still holds what its signed checkpoints say."""
-    from nbcast.governance.audit_trail import verify_log
-    from nbcast.governance.checkpoints import load_key, read_export
+    from nbcast.tenancy.audit_trail import verify_log
+    from nbcast.tenancy.checkpoints import load_key, read_export
 
     key = _public_key(public_key) if public_key is not None else None
     if key is None:
@@ -74,7 +74,7 @@ def audit_verify(
 
 def _public_key(path: Path) -> Any:
     from nbcast.errors import ConfigError
-    from nbcast.governance.checkpoints import AuditKey
+    from nbcast.tenancy.checkpoints import AuditKey
 
     try:
         text = path.read_text(encoding="ascii", errors="strict")[:64_000]
@@ -96,8 +96,8 @@ def _public_key(path: Path) -> Any:
 @pass_app
 def audit_checkpoint(app: AppContext, every_tenant: bool, export: Path | None) -> None:
     """Sign the audit heads now (the scheduler does so at least hourly)."""
-    from nbcast.governance.audit_trail import checkpoint_log
-    from nbcast.governance.checkpoints import append_export, load_key
+    from nbcast.tenancy.audit_trail import checkpoint_log
+    from nbcast.tenancy.checkpoints import append_export, load_key
 
     key = load_key(app.settings.home, create=True)
     assert key is not None
@@ -122,7 +122,7 @@ def audit_checkpoint(app: AppContext, every_tenant: bool, export: Path | None) -
 @pass_app
 def audit_public_key(app: AppContext) -> None:
     """Print the public half of the audit key (PEM): what checks checkpoints."""
-    from nbcast.governance.checkpoints import load_key
+    from nbcast.tenancy.checkpoints import load_key
 
     key = load_key(app.settings.home, create=True)
     assert key is not None
@@ -150,7 +150,7 @@ def _bound(value: object, zone_end: bool = False) -> datetime | None:
 @pass_app
 def audit_export(app: AppContext, since: object, until: object, output: Path | None) -> None:
     """Write the tenant's entries as JSON lines (one object per entry, in order)."""
-    from nbcast.governance.audit_trail import export_log
+    from nbcast.tenancy.audit_trail import export_log
 
     low, high = _bound(since), _bound(until, zone_end=True)
     if low is not None and high is not None and low >= high:

@@ -1,4 +1,4 @@
-"""``nbcast cost``: see :mod:`nbcast.governance.cost`.
+"""``nbcast cost``: see :mod:`nbcast.oversight.cost`.
 
 ``cost report --from D --to D`` prints the tenant's cost per definition and UTC day
 (``--tenant`` picks the tenant; any member may read its own), ``--json`` for programs,
@@ -64,7 +64,7 @@ def cost() -> None:
 def cost_report(app: AppContext, start: date, end: date, as_json: bool, plot: Path | None) -> None:
     """The tenant's cost per definition and UTC day of fire time, live runs and the
     figures kept of runs retention deleted."""
-    from nbcast.governance.cost import (
+    from nbcast.oversight.cost import (
         MAX_PLOT_DAYS,
         NULL_NOTE,
         check_period,

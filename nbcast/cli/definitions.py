@@ -75,7 +75,7 @@ def definitions() -> None:
 @pass_app
 def definitions_list(app: AppContext, limit: int | None, after: str | None, as_json: bool) -> None:
     """List the tenant's report definitions, by name."""
-    from nbcast.definitions.queries import list_definitions
+    from nbcast.views.definitions import list_definitions
 
     with app.db.session() as session:
         page = list_definitions(session, app.caller, limit=limit or 1000, after=after)
@@ -117,7 +117,8 @@ def _status(info: Any) -> str:
 @pass_app
 def definitions_show(app: AppContext, name: str, number: int | None, as_json: bool) -> None:
     """Show one version of a definition: parameters, schedule, outputs, subscriptions."""
-    from nbcast.definitions.queries import get_definition, get_version
+    from nbcast.definitions.queries import get_version
+    from nbcast.views.definitions import get_definition
 
     with app.db.session() as session:
         info = get_version(session, app.caller, name, number)

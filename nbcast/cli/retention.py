@@ -1,4 +1,4 @@
-"""``nbcast retention``: see :mod:`nbcast.governance.retention`.
+"""``nbcast retention``: see :mod:`nbcast.oversight.retention`.
 
 ``set`` changes the tenant's policy (admins), ``show`` prints it (any member),
 ``apply`` runs a pass now (admins; every tenant with ``--all-tenants``, operators),
@@ -26,7 +26,7 @@ class RetentionDays(click.ParamType):  # type: ignore[type-arg]
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> int | str:
         """``value`` as days (or the word ``forever``), or fail the command."""
-        from nbcast.governance.retention_plan import RETAIN_DAYS_MAX
+        from nbcast.oversight.retention_plan import RETAIN_DAYS_MAX
 
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -69,7 +69,7 @@ def retention() -> None:
 @pass_app
 def retention_set(app: AppContext, artifacts_days: Any, rows_days: Any) -> None:
     """Change the tenant's retention policy (admins)."""
-    from nbcast.governance.retention import set_retention
+    from nbcast.oversight.retention import set_retention
 
     changes = {
         name: None if value == FOREVER else value
@@ -87,7 +87,7 @@ def retention_set(app: AppContext, artifacts_days: Any, rows_days: Any) -> None:
 @pass_app
 def retention_show(app: AppContext, as_json: bool) -> None:
     """Print the tenant's retention policy."""
-    from nbcast.governance.retention import retention_policy
+    from nbcast.oversight.retention import retention_policy
 
     with app.db.session() as session:
         policy = retention_policy(session, app.caller, app.clock.now())
@@ -117,7 +117,7 @@ def retention_apply(app: AppContext, dry_run: bool, every_tenant: bool, as_json:
     """Delete what the policy no longer keeps, now (admins): runs and their rows,
     artifacts nothing kept refers to; prints what went and the bytes freed."""
     from nbcast.artifacts import open_store
-    from nbcast.governance.retention import apply_retention
+    from nbcast.oversight.retention import apply_retention
 
     results = apply_retention(
         app.db,

@@ -16,10 +16,11 @@ import click
 from nbcast.cli.app import INSTANT, AppContext, pass_app
 from nbcast.cli.output import emit_json, table, when
 from nbcast.clock import format_instant
-from nbcast.executor.models import RunState
+from nbcast.scheduler.models import RunState
 
 if TYPE_CHECKING:
-    from nbcast.executor.records import RunDetail, RunRecord
+    from nbcast.executor.records import RunRecord
+    from nbcast.views.runs import RunDetail
 
 __all__: list[str] = []
 
@@ -185,7 +186,7 @@ def runs_show(app: AppContext, run_id: int, as_json: bool) -> None:
     """Show RUN: its context, every attempt and why it ended (the failing cell and
     line), its executed notebook, renditions and deliveries."""
     from nbcast.artifacts import open_store
-    from nbcast.executor.queries import get_run
+    from nbcast.views.runs import get_run
 
     store = open_store(app.settings.artifacts_location)
     with app.db.session() as session:

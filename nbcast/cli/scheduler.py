@@ -44,17 +44,10 @@ def scheduler() -> None:
 @pass_app
 def scheduler_run(app: AppContext, name: str | None, max_sleep: float, batch: int) -> None:
     """The long-running scheduler: materialize due slots, sleep, repeat; stops on SIGTERM.
-
-    It also signs the audit heads at least hourly (``NBCAST_AUDIT_EXPORT``: a file,
-    outside the home, the checkpoints are appended to as well)."""
-    import os
-    from pathlib import Path
-
-    from nbcast.governance.checkpoints import load_key
+    (SLA checks, audit checkpoints and retention are ``nbcast oversight``'s.)"""
     from nbcast.scheduler.service import SchedulerService, scheduler_lock
 
     configure_logging()
-    export = os.environ.get("NBCAST_AUDIT_EXPORT", "").strip()
     with scheduler_lock(app.db):
         service = SchedulerService(
             app.db,
@@ -62,8 +55,6 @@ def scheduler_run(app: AppContext, name: str | None, max_sleep: float, batch: in
             name=name,
             batch=batch,
             max_sleep=max_sleep,
-            audit_key=load_key(app.settings.home, create=True),
-            checkpoint_export=Path(export) if export else None,
         )
         supervise(app, service)
 

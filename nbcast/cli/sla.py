@@ -1,5 +1,5 @@
 """``nbcast sla``: the slots that missed their definition's SLA
-(:mod:`nbcast.governance.sla`), over :func:`nbcast.governance.sla_queries.list_misses`
+(:mod:`nbcast.oversight.sla`), over :func:`nbcast.oversight.sla_queries.list_misses`
 (any member of the tenant may read them)."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def sla_list(
     """Misses, newest slot first: the slot, its deadline, its state and why, the alert."""
     from nbcast.access import MAX_PAGE
     from nbcast.clock import format_instant
-    from nbcast.governance.sla_queries import SlaMissRecord, list_misses
+    from nbcast.oversight.sla_queries import SlaMissRecord, list_misses
 
     low, high = _bound(since), _bound(until, end=True)
     if low is not None and high is not None and low >= high:

@@ -1,4 +1,4 @@
-"""``nbcast tenants``: tenants and their quotas (see :mod:`nbcast.governance.roles`)."""
+"""``nbcast tenants``: tenants and their quotas (see :mod:`nbcast.tenancy.roles`)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
 @pass_app
 def tenants_create(app: AppContext, /, name: str, admin: str | None, **quota: Any) -> None:
     """Create tenant NAME, with optional quotas and its first admin (operators)."""
-    from nbcast.governance.tenants import create_tenant
+    from nbcast.tenancy.tenants import create_tenant
 
     create_tenant(app.db, app.clock, app.caller, name, admin=admin, **_given(quota))
     click.echo(f"tenant {name} ready" + (f", {admin} its admin" if admin else ""))
@@ -83,7 +83,7 @@ def tenants_create(app: AppContext, /, name: str, admin: str | None, **quota: An
 @pass_app
 def tenants_set_quota(app: AppContext, /, name: str, **quota: Any) -> None:
     """Change quotas of tenant NAME (its admins, operators)."""
-    from nbcast.governance.tenants import change_quota
+    from nbcast.tenancy.tenants import change_quota
 
     change_quota(app.db, app.clock, app.caller, name, **_given(quota))
     click.echo(f"tenant {name}: " + ", ".join(f"{k}={v}" for k, v in _given(quota).items()))
@@ -108,7 +108,7 @@ def tenants_set_ceiling(
     A quota above its new ceiling comes down to it at once. A budget with a ceiling
     cannot be removed by the tenant's admins.
     """
-    from nbcast.governance.tenants import set_ceilings
+    from nbcast.tenancy.tenants import set_ceilings
 
     values = _given(quota)
     fields = {"bytes": "budget_warehouse_bytes_per_day", "cpu-seconds": "budget_cpu_s_per_day"}
@@ -134,7 +134,7 @@ def tenants_set_network(app: AppContext, /, name: str, network: str) -> None:
     credentials). none: a network of their own with loopback only; a warehouse is then
     reached through a unix socket its connection names (host=/run/postgresql).
     """
-    from nbcast.governance.tenants import set_network
+    from nbcast.tenancy.tenants import set_network
 
     set_network(app.db, app.clock, app.caller, name, network)
     click.echo(f"tenant {name}: network {network}")
@@ -145,7 +145,7 @@ def tenants_set_network(app: AppContext, /, name: str, network: str) -> None:
 @pass_app
 def tenants_list(app: AppContext, as_json: bool) -> None:
     """List every tenant with its quotas (operators)."""
-    from nbcast.governance.tenants import list_tenants
+    from nbcast.tenancy.tenants import list_tenants
 
     rows: list[dict[str, Any]] = []
     after = None

@@ -1,7 +1,7 @@
 """``nbcast users``: the members of a tenant and their roles; operators.
 
 Acts in the tenant named by ``--tenant`` (or ``NBCAST_TENANT``) as the OS user
-``NBCAST_USER`` (default: the login name); see :mod:`nbcast.governance.roles` for who
+``NBCAST_USER`` (default: the login name); see :mod:`nbcast.tenancy.roles` for who
 may do what. NAME is an identity (:mod:`nbcast.access`): ``ada`` is the OS user ada,
 who acts through this command; ``jupyter:alice`` is the user alice of the server
 (jupyter-server's identity provider). The two never share a role.
@@ -34,7 +34,7 @@ def users() -> None:
 @pass_app
 def users_add(app: AppContext, name: str, role: str, email: str | None) -> None:
     """Add NAME to the tenant (admins); jupyter:NAME for a user of the server."""
-    from nbcast.governance.members import add_member
+    from nbcast.tenancy.members import add_member
 
     member = add_member(app.db, app.clock, app.caller, name, role, email)
     click.echo(f"{member.name} is a {member.role} in tenant {member.tenant}")
@@ -46,7 +46,7 @@ def users_add(app: AppContext, name: str, role: str, email: str | None) -> None:
 @pass_app
 def users_grant(app: AppContext, name: str, role: str) -> None:
     """Give member NAME the ROLE (admins), or make NAME an operator (operators)."""
-    from nbcast.governance.members import grant_operator, set_role
+    from nbcast.tenancy.members import grant_operator, set_role
 
     if role == "operator":
         new = grant_operator(app.db, app.clock, app.caller, name)
@@ -62,7 +62,7 @@ def users_grant(app: AppContext, name: str, role: str) -> None:
 @pass_app
 def users_revoke(app: AppContext, name: str, operator: bool) -> None:
     """Remove NAME from the tenant (admins; never its last admin)."""
-    from nbcast.governance.members import remove_member, revoke_operator
+    from nbcast.tenancy.members import remove_member, revoke_operator
 
     if operator:
         revoke_operator(app.db, app.clock, app.caller, name)
@@ -77,7 +77,7 @@ def users_revoke(app: AppContext, name: str, operator: bool) -> None:
 @pass_app
 def users_list(app: AppContext, as_json: bool) -> None:
     """The tenant's members (any member)."""
-    from nbcast.governance.members import list_members
+    from nbcast.tenancy.members import list_members
 
     with app.db.session() as session:
         members = list_members(session, app.caller, app.clock.now())

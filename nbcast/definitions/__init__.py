@@ -16,7 +16,6 @@ __all__ = [
     "VersionInfo",
     "diff_versions",
     "get_version",
-    "list_definitions",
     "list_versions",
     "parse_parameters_cell",
     "parse_spec",
@@ -35,7 +34,6 @@ _WHERE = {
     "publish": "versions",
     "VersionInfo": "queries",
     "get_version": "queries",
-    "list_definitions": "queries",
     "list_versions": "queries",
     "diff_versions": "diff",
     "render_diff": "diff_render",
@@ -49,12 +47,7 @@ if TYPE_CHECKING:
         parse_parameters_cell,
         validate_parameters,
     )
-    from nbcast.definitions.queries import (
-        VersionInfo,
-        get_version,
-        list_definitions,
-        list_versions,
-    )
+    from nbcast.definitions.queries import VersionInfo, get_version, list_versions
     from nbcast.definitions.spec import ReportSpec, parse_spec
     from nbcast.definitions.versions import PublishResult, publish
 

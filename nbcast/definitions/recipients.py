@@ -58,7 +58,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
-from nbcast.governance.roles import Membership, Role, member
+from nbcast.tenancy.roles import Membership, Role, member
 
 __all__ = [
     "ELLIPSIS",
@@ -223,5 +223,5 @@ def _json_string(text: str) -> str:
 
 def disclosure(session: Session, caller: Caller) -> Disclosure:
     """How recipients are shown to ``caller`` in their tenant: by their role
-    (:func:`~nbcast.governance.roles.member`, which refuses a caller with none)."""
+    (:func:`~nbcast.tenancy.roles.member`, which refuses a caller with none)."""
     return Disclosure.for_member(member(session, caller))

@@ -112,7 +112,7 @@ class StalenessAction(StrEnum):
 
 class OutputFormat(str):
     """The name of a format a report renders to: any renderer the registry knows
-    (:data:`nbcast.delivery.renderers.renderers` — the built-in ``html``, ``pdf``,
+    (:data:`nbcast.plugins.renderers` — the built-in ``html``, ``pdf``,
     ``xlsx``, ``csv``, and a plug-in's). A ``str``: it compares equal to its name. The
     built-ins are also attributes (``OutputFormat.html``)."""
 
@@ -185,7 +185,7 @@ class Subscription:
 @dataclass(frozen=True, kw_only=True)
 class SlaSpec:
     """A delivery promise: every slot delivered (a delivery SENT) within
-    ``delivered_within`` of its fire time (:mod:`nbcast.governance.sla`)."""
+    ``delivered_within`` of its fire time (:mod:`nbcast.oversight.sla`)."""
 
     delivered_within: timedelta
 
@@ -341,7 +341,7 @@ def _schedule(block: Any) -> ScheduleSpec:
 
 def _formats(value: Any, path: str) -> tuple[OutputFormat, ...]:
     _require(value, list, path, "a list of formats")
-    from nbcast.delivery.renderers import renderers
+    from nbcast.plugins import renderers
 
     known = renderers.names()
     formats = []
@@ -361,7 +361,7 @@ def _subscriptions(
     _require(value, list, "subscriptions", "a list")
     if len(value) > MAX_SUBSCRIPTIONS:
         raise MetadataError("subscriptions", f"more than {MAX_SUBSCRIPTIONS:,} subscriptions")
-    from nbcast.delivery.channels import channel_class, channels
+    from nbcast.plugins import channels, recipient_rules
 
     known = channels.names()
     result = []
@@ -381,7 +381,7 @@ def _subscriptions(
         if len(to) > 512 or to != to.strip():
             raise MetadataError(f"{path}.to", f"{clip(to)} is not a recipient")
         # The channel's own rules: an email address, a webhook URL, a plug-in's.
-        kind = channel_class(channel)
+        kind = recipient_rules(channel)
         problem = kind.check_recipient(to)
         if problem:
             raise MetadataError(f"{path}.to", problem)

@@ -55,9 +55,9 @@ from nbcast.errors import (
     MetadataError,
     NotebookError,
 )
-from nbcast.governance.roles import Role, require
-from nbcast.governance.tenants import ensure_user
 from nbcast.limits import MAX_DESCRIPTION_CHARS, MAX_NOTEBOOK_DEPTH, json_problem, storable_text
+from nbcast.tenancy.roles import Role, require
+from nbcast.tenancy.tenants import ensure_user
 
 __all__ = [
     "PreparedVersion",
@@ -169,12 +169,12 @@ def check_here(
     installed here: a warning, returned, since workers may have it)."""
     import os
 
-    from nbcast.delivery.channels import channel_class
-    from nbcast.executor.kernelspec_check import missing_kernel
+    from nbcast.definitions.kernelspec_check import missing_kernel
+    from nbcast.plugins import recipient_rules
 
     env = os.environ if environ is None else environ
     for index, sub in enumerate(prepared.spec.subscriptions):
-        problem = channel_class(sub.channel).check_recipient_here(sub.to, env)
+        problem = recipient_rules(sub.channel).check_recipient_here(sub.to, env)
         if problem:
             raise MetadataError(f"subscriptions[{index}].to", problem)
     kernel = missing_kernel(prepared.notebook)
@@ -286,7 +286,7 @@ def _audit_publish(
     message: str,
     now: datetime,
 ) -> None:
-    from nbcast.governance import audit
+    from nbcast.tenancy import audit
 
     obj = f"definition:{prepared.name}"
     audit.record(

@@ -27,14 +27,14 @@ from nbcast.delivery.queries import MAX_ID, require_run
 from nbcast.delivery.signing import Signer
 from nbcast.delivery.unsubscribe import normalized, record_unsubscribe, use_token
 from nbcast.errors import ConfigError, UnknownDefinitionError
-from nbcast.governance import audit
-from nbcast.governance.roles import Role, require
 from nbcast.limits import clip
+from nbcast.tenancy import audit
+from nbcast.tenancy.roles import Role, require
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from nbcast.governance.models import Tenant
+    from nbcast.tenancy.models import Tenant
 
 __all__ = [
     "MAX_RECIPIENT_CHARS",
@@ -231,7 +231,7 @@ def _require_definition(session: Session, tenant: Tenant, name: str) -> None:
 
 
 def _tenant_name(session: Any, named: dict[str, object]) -> str:
-    from nbcast.governance.models import Tenant
+    from nbcast.tenancy.models import Tenant
 
     tenant = session.get(Tenant, named["tenant_id"])
     return "" if tenant is None else str(tenant.name)

@@ -30,14 +30,9 @@ from nbcast.db import insert_ignore
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import ReportSpec, parse_spec
-from nbcast.delivery.models import (
-    Delivery,
-    DeliveryState,
-    OutboxRow,
-    Rendition,
-    RenditionState,
-)
-from nbcast.executor.models import Run
+from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
+from nbcast.executor.models import OutboxRow
+from nbcast.scheduler.models import Run
 
 __all__ = ["consume_outbox", "spec_of"]
 

@@ -48,8 +48,8 @@ from nbcast.delivery.models import LinkOpen, SignedLink
 from nbcast.delivery.queries import require_run
 from nbcast.delivery.signing import Signer
 from nbcast.errors import LinkError
-from nbcast.governance import audit
-from nbcast.governance.roles import readable_tenant
+from nbcast.tenancy import audit
+from nbcast.tenancy.roles import readable_tenant
 
 __all__ = [
     "MAX_OPENS_LISTED",

@@ -92,7 +92,7 @@ def create_link(
     )
     session.add(row)
     session.flush()
-    from nbcast.governance import audit
+    from nbcast.tenancy import audit
 
     audit.record(
         session,

@@ -48,7 +48,6 @@ __all__ = [
     "DeliveryReason",
     "DeliveryState",
     "LinkOpen",
-    "OutboxRow",
     "Rendition",
     "RenditionState",
     "SignedLink",
@@ -147,26 +146,6 @@ class RenditionState(StrEnum):
     """Rendered: ``sha256`` names the bytes in the artifact store."""
     FAILED = "FAILED"
     """Its attempts are spent; the deliveries that need it fail (``render_failed``)."""
-
-
-class OutboxRow(Base):
-    """A succeeded run handed to the delivery plane (inserted by the executor)."""
-
-    __tablename__ = "delivery_outbox"
-    __table_args__ = (
-        sa.Index(
-            "ix_delivery_outbox_pending",
-            "id",
-            postgresql_where=sa.text("consumed_at IS NULL"),
-            sqlite_where=sa.text("consumed_at IS NULL"),
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
-    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id"), unique=True)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    consumed_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Rendition(Base):

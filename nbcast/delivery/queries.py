@@ -42,10 +42,10 @@ from nbcast.delivery.models import (
     SignedLink,
 )
 from nbcast.errors import ConfigError, UnknownDefinitionError, UnknownRunError
-from nbcast.executor.models import Run
-from nbcast.governance.models import Tenant
-from nbcast.governance.roles import readable_tenant
 from nbcast.limits import clip
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.models import Tenant
+from nbcast.tenancy.roles import readable_tenant
 
 __all__ = [
     "MAX_ID",

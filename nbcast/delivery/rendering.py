@@ -43,9 +43,9 @@ from nbcast.delivery.intake import spec_of
 from nbcast.delivery.models import Rendition, RenditionState
 from nbcast.delivery.renderers import Renderer, renderers
 from nbcast.delivery.report import ReportInfo
-from nbcast.executor.models import Run
-from nbcast.governance.models import Tenant
 from nbcast.retry import backoff
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.models import Tenant
 
 __all__ = ["RENDER_MAX_ATTEMPTS", "RenderQueue", "render_isolated", "report_infos"]
 

@@ -28,7 +28,7 @@ from nbcast.delivery.channels import channel_class
 from nbcast.delivery.models import Unsubscription
 from nbcast.delivery.signing import Signer
 from nbcast.errors import ConfigError, LinkError
-from nbcast.governance.models import Tenant
+from nbcast.tenancy.models import Tenant
 
 __all__ = [
     "ALL_REPORTS",
@@ -83,7 +83,7 @@ def record_unsubscribe(
 ) -> None:
     """Record an opt-out (idempotent: unsubscribing twice records it once), and audit
     it as done by ``actor`` (None: the recipient, with a one-click token)."""
-    from nbcast.governance import audit
+    from nbcast.tenancy import audit
 
     row = {
         "tenant_id": tenant_id,

@@ -3,14 +3,14 @@
 One pass (:meth:`DeliveryWorker.step`): consume the outbox into renditions and ledger
 rows; return deliveries whose worker died to the queue (:meth:`Ledger.reap`); render
 what is pending (each render in its own child process, under a time limit); send
-what is due; send the due SLA alerts (:mod:`nbcast.delivery.sla_alerts`). The worker
-writes only the delivery plane's tables (and the ``alert_*`` columns of SLA misses,
-which are the delivery plane's); a failure in one stage is logged and the loop goes
-on, so a broken renderer or an unreachable SMTP server never stops the other stages —
-or the scheduler and the executor, which do not wait for delivery at all.
+what is due (SLA alerts are the oversight service's: :mod:`nbcast.oversight.service`).
+The worker writes only the delivery plane's tables; a failure in one stage is logged
+and the loop goes on, so a broken renderer or an unreachable SMTP server never stops
+the other stages — or the scheduler and the executor, which do not wait for delivery
+at all.
 
 **Idle** (``--exit-when-idle``) means nothing is due within :data:`IDLE_HORIZON`
-(60 s): no outbox row to consume, no rendition, delivery or SLA alert due by then, no
+(60 s): no outbox row to consume, no rendition or delivery due by then, no
 send in flight whose lease ends by then. A delivery waiting for a retry further away (a peer
 asked for a long ``Retry-After``, a backoff grew) does not keep the worker alive: it
 stays PENDING, with its ``not_before``, for the next worker run to send.
@@ -30,9 +30,9 @@ from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.ledger import Ledger
-from nbcast.delivery.models import Delivery, DeliveryState, OutboxRow, Rendition, RenditionState
+from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
 from nbcast.delivery.rendering import RenderQueue
-from nbcast.delivery.sla_alerts import alerts_due, send_due_alerts
+from nbcast.executor.models import OutboxRow
 
 __all__ = ["IDLE_HORIZON", "DeliveryWorker"]
 
@@ -50,11 +50,10 @@ class StepCounts:
     reaped: int = 0
     rendered: int = 0
     delivered: int = 0
-    alerted: int = 0
 
     @property
     def busy(self) -> bool:
-        return bool(self.consumed or self.reaped or self.rendered or self.delivered or self.alerted)
+        return bool(self.consumed or self.reaped or self.rendered or self.delivered)
 
 
 class DeliveryWorker(Service):
@@ -92,7 +91,7 @@ class DeliveryWorker(Service):
     def step(self) -> StepCounts:
         """One pass of the loop."""
         counts = StepCounts()
-        for stage in ("consume", "reap", "render", "deliver", "alert"):
+        for stage in ("consume", "reap", "render", "deliver"):
             try:
                 if stage == "consume":
                     with self.db.session() as session:
@@ -101,10 +100,8 @@ class DeliveryWorker(Service):
                     counts.reaped = self.ledger.reap()
                 elif stage == "render":
                     counts.rendered = self.renders.render_pending()
-                elif stage == "deliver":
-                    counts.delivered = self.ledger.deliver_due(self.batch)
                 else:
-                    counts.alerted = send_due_alerts(self.ledger, self.batch)
+                    counts.delivered = self.ledger.deliver_due(self.batch)
             except Exception:  # one stage failing must not stop the others
                 log.exception("delivery stage %s failed", stage)
         return counts
@@ -144,7 +141,7 @@ class DeliveryWorker(Service):
                     | sa.exists().where(due_delivery)
                     | sa.exists().where(in_flight)
                 )
-            ) and not alerts_due(session, horizon)
+            )
 
     def steps(self) -> Iterator[Step]:
         """One :meth:`step` per step; done when stopped, or — with ``exit_when_idle``

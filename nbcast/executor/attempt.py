@@ -90,7 +90,6 @@ from nbcast.errors import (
     RunCancelledError,
     RunTimeoutError,
 )
-from nbcast.executor.models import RunReason, RunState
 from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
 from nbcast.executor.storable import (
     KERNEL_SETUP,
@@ -101,6 +100,7 @@ from nbcast.executor.storable import (
 )
 from nbcast.executor.watchdog import KernelUsage
 from nbcast.sandbox.policy import SandboxSpec
+from nbcast.scheduler.models import RunReason, RunState
 from nbcast.warehouse.context import host_paths
 
 __all__ = [

@@ -23,28 +23,18 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
-from nbcast.errors import RunFinishedError, UnknownRunError
-from nbcast.executor.models import ACTIVE_STATES, CancelReason, CancelRequest, Run, RunState
+from nbcast.errors import RunFinishedError
+from nbcast.scheduler.models import ACTIVE_STATES, CancelReason, CancelRequest, RunState
+from nbcast.scheduler.runs import own_run
 
-__all__ = [
-    "CANCEL_REASON",
-    "MAX_RUN_ID",
-    "CancelResult",
-    "cancel_run",
-    "own_run",
-    "run_not_found",
-]
+__all__ = ["CANCEL_REASON", "CancelResult", "cancel_run"]
 
 CANCEL_REASON = CancelReason.cancel
 """The ``reason`` of a request made by a person (the scheduler's says ``replaced``)."""
-
-MAX_RUN_ID = 2**63 - 1
-"""Run ids are 64-bit: a larger number is no run (and no database error)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,11 +69,6 @@ class CancelResult:
         }
 
 
-def run_not_found(run_id: int, tenant: str) -> UnknownRunError:
-    """The error for a run id that is not the tenant's (or no run at all)."""
-    return UnknownRunError(f"no run {run_id} in tenant {tenant!r}")
-
-
 def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> CancelResult:
     """Ask for run ``run_id`` to be cancelled (module docstring): a request row, once.
 
@@ -91,8 +76,8 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
     tenant's ("not found", nothing written), :class:`~nbcast.errors.RunFinishedError`
     when it has already finished.
     """
-    from nbcast.governance import audit
-    from nbcast.governance.roles import Role, require
+    from nbcast.tenancy import audit
+    from nbcast.tenancy.roles import Role, require
 
     now = clock.now()
     with db.session() as session:
@@ -140,16 +125,3 @@ def cancel_run(db: Database, clock: Clock, caller: Caller, run_id: int) -> Cance
         requested_by=caller.user,
         already_requested=False,
     )
-
-
-def own_run(session: Session, caller: Caller, run_id: int) -> Run:
-    """The caller's run ``run_id``; :class:`~nbcast.errors.UnknownRunError` otherwise."""
-    from nbcast.governance.roles import readable_tenant
-
-    tenant = readable_tenant(session, caller)
-    run = None
-    if 1 <= run_id <= MAX_RUN_ID:
-        run = session.scalar(sa.select(Run).where(Run.id == run_id, Run.tenant_id == tenant.id))
-    if run is None:
-        raise run_not_found(run_id, caller.tenant)
-    return run

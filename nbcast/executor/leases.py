@@ -45,23 +45,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from nbcast import governance
+from nbcast import tenancy
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
 from nbcast.executor import bounds
 from nbcast.executor.lease import Backoff, Lease, Success, lease_lost
-from nbcast.executor.models import (
-    DEFAULT_MAX_ATTEMPTS,
-    LEASED_STATES,
-    CancelRequest,
-    Outcome,
-    RunReason,
-    RunState,
-)
+from nbcast.executor.models import Outcome
 from nbcast.executor.quotas import record_usage
 from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS, rowcount, skip_locked
-from nbcast.governance.budgets import Use, add_usage, usage_day
-from nbcast.governance.models import Tenant
+from nbcast.scheduler.models import LEASED_STATES, CancelRequest, RunReason, RunState
+from nbcast.tenancy.budgets import Use, add_usage, usage_day
+from nbcast.tenancy.models import DEFAULT_MAX_ATTEMPTS, Tenant
 
 __all__ = ["REAP_BATCH", "Backoff", "Lease", "Leases", "Reaper", "Success", "lease_lost"]
 # Backoff, Lease, Success and lease_lost live in nbcast.executor.lease; named here too
@@ -277,7 +271,7 @@ class Leases:
         if not successes:
             return []
         now = self.clock.now()
-        accounted = governance.ACCOUNTING
+        accounted = tenancy.ACCOUNTING
         with self.db.engine.begin() as conn:
             if self.db.dialect == "postgresql":
                 extra: dict[str, Any] = {}
@@ -403,7 +397,7 @@ class Leases:
                 peak_mem_mb=peak_mem_mb,
             )
             scanned = _record(conn, lease, usage or [], now)
-            if governance.ACCOUNTING:
+            if tenancy.ACCOUNTING:
                 add_usage(conn, [Use(lease.tenant_id, cpu_s or 0.0, scanned)], now)
         return state
 

@@ -18,7 +18,7 @@ no_such_kernel      no kernelspec named by the notebook is installed where the a
 language_mismatch   the notebook declares a language (``kernelspec.language``,
                     ``language_info.name``) other than its installed kernel's: its
                     parameters would be written for one language and run in another
-                    (:mod:`nbcast.executor.kernelspec_check`)
+                    (:mod:`nbcast.definitions.kernelspec_check`)
 output_too_large    the run sent more output than its limits allow (found while it
                     runs: :mod:`nbcast.executor.output_limits`)
 ==================  =======================================================================
@@ -36,7 +36,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nbcast.executor.models import RunReason
+from nbcast.scheduler.models import RunReason
 
 __all__ = ["PermanentFailure", "check_attempt", "permanent_reason"]
 
@@ -88,19 +88,19 @@ def _failure(reason: RunReason, exc: BaseException) -> PermanentFailure:
 def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[str, str | None]:
     """Check an attempt's notebook, parameters and kernel before it starts; return the
     kernelspec name and the language to run it with — the installed kernel's
-    (:mod:`nbcast.executor.kernelspec_check`). Raises :class:`PermanentFailure`."""
+    (:mod:`nbcast.definitions.kernelspec_check`). Raises :class:`PermanentFailure`."""
     import nbformat
 
-    from nbcast.definitions.notebook import parameters_cell
-    from nbcast.definitions.parameters import parse_parameters_cell, validate_parameters
-    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
-    from nbcast.executor.kernelspec_check import (
+    from nbcast.definitions.kernelspec_check import (
         declared_language,
         installed_language,
         kernel_language,
         kernel_name,
         missing_kernel,
     )
+    from nbcast.definitions.notebook import parameters_cell
+    from nbcast.definitions.parameters import parse_parameters_cell, validate_parameters
+    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
 
     try:
         notebook = json.loads(notebook_json)

@@ -1,4 +1,5 @@
-"""What people ask of the execution plane's rows: runs, listed and shown.
+"""What people ask of the runs: listed (one run in full, with its renditions and
+deliveries, is a cross-plane read model: :mod:`nbcast.views.runs`).
 
 Queries take a session and the :class:`~nbcast.access.Caller` and return typed
 records (:mod:`nbcast.executor.records`); each is scoped to the caller's tenant (a
@@ -8,9 +9,7 @@ the delivery plane's rows where a run's story needs them, and write nothing.
 - :func:`list_runs` — the tenant's runs by fire time, keyset-paginated on
   ``(fire_at, id)`` (the index ``ix_runs_tenant_fire``), filtered by definition,
   state, kind and a fire-time window;
-- :func:`get_run` — one run with its attempts, why each ended (the failing cell and
-  line, :mod:`nbcast.executor.failures`), its executed notebook, and its renditions
-  and deliveries.
+- :func:`run_context` — a run's stored context as ``nbcast.context()`` names it.
 """
 
 from __future__ import annotations
@@ -22,26 +21,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
-from nbcast.artifacts import ArtifactStore
 from nbcast.definitions.models import ReportDefinition
-from nbcast.delivery.queries import deliveries_of_run, renditions_of_run
 from nbcast.errors import ConfigError, UnknownDefinitionError
-from nbcast.executor.control import MAX_RUN_ID, run_not_found
-from nbcast.executor.failures import describe_error, read_notebook
-from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunKind, RunState
-from nbcast.executor.records import (
-    AttemptRecord,
-    RunDetail,
-    RunRecord,
-)
-from nbcast.governance.roles import readable_tenant
+from nbcast.executor.records import RunRecord
 from nbcast.limits import clip
+from nbcast.scheduler.models import Run, RunKind, RunState
+from nbcast.tenancy.roles import readable_tenant
 
-__all__ = ["NOTEBOOKS_READ", "get_run", "list_runs"]
-
-NOTEBOOKS_READ = 5
-"""Executed notebooks :func:`get_run` reads to find failing lines: the latest failed
-attempts' (earlier ones get their line from the traceback alone)."""
+__all__ = ["list_runs", "run_context"]
 
 
 def _choice(value: str, allowed: list[str], what: str) -> str:
@@ -130,7 +117,7 @@ def list_runs(
     return Page(records, cursor)
 
 
-def _context(run: Run, tenant: str) -> dict[str, Any] | None:
+def run_context(run: Run, tenant: str) -> dict[str, Any] | None:
     """The run's stored context with its tenant, as ``nbcast.context()`` names it (the
     row keeps the tenant in a column; every stored key is kept as it is)."""
     if run.context is None:
@@ -154,104 +141,6 @@ def _record(run: Run, definition: str, tenant: str) -> RunRecord:
         artifact_sha256=run.artifact_sha256,
         started_at=run.started_at,
         finished_at=run.finished_at,
-        context=_context(run, tenant),
+        context=run_context(run, tenant),
         rerun_of=run.rerun_of,
-    )
-
-
-def get_run(
-    session: Session, caller: Caller, run_id: int, *, artifacts: ArtifactStore | None = None
-) -> RunDetail:
-    """Run ``run_id`` of the caller's tenant, in full (module docstring).
-
-    ``artifacts`` is the artifact store (``nbcast.artifacts.open_store(<home>/
-    artifacts)``): with it, a failing line's text is read from the executed notebook;
-    without it, from the traceback. Raises :class:`~nbcast.errors.ExecutionError`
-    ("no run …") for a run that is not the tenant's.
-    """
-    tenant = readable_tenant(session, caller)
-    found = None
-    if 1 <= run_id <= MAX_RUN_ID:
-        found = session.execute(
-            sa.select(Run, ReportDefinition.name)
-            .join(ReportDefinition, ReportDefinition.id == Run.definition_id)
-            .where(Run.id == run_id, Run.tenant_id == tenant.id)
-        ).first()
-    if found is None:
-        raise run_not_found(run_id, caller.tenant)
-    run, definition = found.tuple()
-    rows = list(
-        session.scalars(
-            sa.select(RunAttempt)
-            .where(RunAttempt.run_id == run.id, RunAttempt.tenant_id == tenant.id)
-            .order_by(RunAttempt.attempt)
-        )
-    )
-    readable = {
-        a.attempt for a in [a for a in rows if a.error and a.artifact_sha256][-NOTEBOOKS_READ:]
-    }
-    notebooks: dict[str, dict[str, Any] | None] = {}
-
-    def notebook(sha256: str | None) -> dict[str, Any] | None:
-        if sha256 is None:
-            return None
-        if sha256 not in notebooks:
-            notebooks[sha256] = read_notebook(artifacts, sha256)
-        return notebooks[sha256]
-
-    attempts = [
-        AttemptRecord(
-            attempt=a.attempt,
-            outcome=a.outcome,
-            worker=a.worker,
-            host=a.host,
-            engine=a.engine,
-            started_at=a.started_at,
-            ended_at=a.ended_at,
-            duration_s=a.duration_s,
-            kernel_start_s=a.kernel_start_s,
-            artifact_sha256=a.artifact_sha256,
-            error=describe_error(
-                a.error, notebook(a.artifact_sha256) if a.attempt in readable else None
-            ),
-        )
-        for a in rows
-    ]
-    latest = rows[-1] if rows else None
-    sha256 = run.artifact_sha256 or (latest.artifact_sha256 if latest else None)
-    error = None
-    if run.error:
-        same = latest is not None and latest.error == run.error
-        error = describe_error(run.error, notebook(sha256) if same else None)
-    cancel = session.execute(
-        sa.select(CancelRequest.requested_at, CancelRequest.requested_by)
-        .where(CancelRequest.run_id == run.id, CancelRequest.tenant_id == tenant.id)
-        .order_by(CancelRequest.id)
-        .limit(1)
-    ).first()
-    return RunDetail(
-        id=run.id,
-        tenant=tenant.name,
-        definition=definition,
-        version=run.version,
-        slot_key=run.slot_key,
-        kind=run.kind,
-        fire_at=run.fire_at,
-        state=run.state,
-        reason=run.reason,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        not_before=run.not_before,
-        parameters=run.parameters,
-        attempt=run.attempt,
-        notebook_sha256=sha256,
-        error=error,
-        cancel_requested_at=cancel.requested_at if cancel else None,
-        cancel_requested_by=cancel.requested_by if cancel else None,
-        context=_context(run, tenant.name),
-        rerun_of=run.rerun_of,
-        attempts=attempts,
-        renditions=renditions_of_run(session, caller, run.id),
-        deliveries=deliveries_of_run(session, caller, run.id),
     )

@@ -23,7 +23,7 @@ quota. A run is skipped while a cancel has been requested for it, and a *serial*
 (every overlap policy but ``allow``) while another run of its definition and audience
 (recipient scope) is leased or running. A tenant whose daily budget is spent gets
 nothing leased: its due runs wait with reason ``budget`` until the next UTC day
-(:mod:`nbcast.governance.budgets`); a lease carries the warehouse bytes its tenant's
+(:mod:`nbcast.tenancy.budgets`); a lease carries the warehouse bytes its tenant's
 budget has left, which the run's queries may not cross.
 
 On PostgreSQL the whole claim is one round trip: the server-side function
@@ -47,17 +47,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast import governance
+from nbcast import tenancy
 from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.executor import bounds
 from nbcast.executor.leases import Backoff, Lease, Leases, Reaper, Success
-from nbcast.executor.models import LEASED_STATES, CancelRequest, Run, RunAttempt, RunState
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.quotas import Quota, hold_over_budget, live_runs
 from nbcast.executor.sql import RUNS, skip_locked
-from nbcast.governance.budgets import budget_state, usage_day
-from nbcast.governance.models import Tenant
+from nbcast.scheduler.models import LEASED_STATES, CancelRequest, Run, RunState
+from nbcast.tenancy.budgets import budget_state, usage_day
+from nbcast.tenancy.models import Tenant
 
 __all__ = ["ClaimStats", "RunQueue"]
 
@@ -238,7 +239,7 @@ class RunQueue:
                 take = min(room, remaining, waiting)
                 if take <= 0:
                     continue
-                if governance.ACCOUNTING:
+                if tenancy.ACCOUNTING:
                     budget = budget_state(session.connection(), tenant, now)
                     if budget.spent:
                         stats.budget_held += hold_over_budget(session, tenant.id, now)
@@ -268,7 +269,7 @@ class RunQueue:
                     "day": usage_day(now),
                     "rate": self.clock.rate,
                     "real": self.clock.real,
-                    "budgets": governance.ACCOUNTING,
+                    "budgets": tenancy.ACCOUNTING,
                     "tenants": self.tenants,
                 },
             ).all()

@@ -15,7 +15,7 @@ it under the tenant's lock on every claim, so a change applies to the next claim
   :func:`nbcast.executor.bounds.run_timeout`);
 - **fair share** — ``share``: the claim's order among tenants with work;
 - **daily budgets** — warehouse bytes and kernel CPU seconds per UTC day
-  (:mod:`nbcast.governance.budgets`): :func:`record_usage` writes one
+  (:mod:`nbcast.tenancy.budgets`): :func:`record_usage` writes one
   ``warehouse_usage`` row per query an attempt made and adds the attempt's use to
   its tenant's day; a tenant whose budget is spent gets no run leased — its due runs
   wait QUEUED with reason ``budget`` (:func:`hold_over_budget`) until the next day.
@@ -32,8 +32,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.executor import bounds
-from nbcast.executor.models import LEASED_STATES, RunReason, RunState
 from nbcast.executor.sql import RUNS, USAGE, rowcount
+from nbcast.scheduler.models import LEASED_STATES, RunReason, RunState
 
 __all__ = [
     "Quota",
@@ -67,7 +67,7 @@ class Quota:
 
     @classmethod
     def of(cls, row: _QuotaColumns) -> Quota:
-        """The quota held by ``row``: a :class:`~nbcast.governance.models.Tenant`, or a
+        """The quota held by ``row``: a :class:`~nbcast.tenancy.models.Tenant`, or a
         row of the server-side claim, which returns the same columns."""
         return cls(
             max_concurrent_runs=row.max_concurrent_runs,

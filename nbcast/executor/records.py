@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nbcast.clock import format_instant
 from nbcast.executor.failures import ErrorInfo
-from nbcast.executor.models import RunState
 
-if TYPE_CHECKING:
-    from nbcast.delivery.queries import DeliveryRecord, RenditionRecord
-
-__all__ = ["AttemptRecord", "RunDetail", "RunRecord"]
+__all__ = ["AttemptRecord", "RunRecord", "instant_json"]
 
 
-def _instant(value: datetime | None) -> str | None:
+def instant_json(value: datetime | None) -> str | None:
+    """``value`` in ISO 8601 UTC with ``Z``; None stays None."""
     return format_instant(value) if value is not None else None
 
 
@@ -66,8 +63,8 @@ class RunRecord:
             "created_at": format_instant(self.created_at),
             "attempt": self.attempt,
             "artifact_sha256": self.artifact_sha256,
-            "started_at": _instant(self.started_at),
-            "finished_at": _instant(self.finished_at),
+            "started_at": instant_json(self.started_at),
+            "finished_at": instant_json(self.finished_at),
             "context": self.context,
             "rerun_of": self.rerun_of,
         }
@@ -100,81 +97,9 @@ class AttemptRecord:
             "host": self.host,
             "engine": self.engine,
             "started_at": format_instant(self.started_at),
-            "ended_at": _instant(self.ended_at),
+            "ended_at": instant_json(self.ended_at),
             "duration_s": self.duration_s,
             "kernel_start_s": self.kernel_start_s,
             "artifact_sha256": self.artifact_sha256,
             "error": self.error.to_json() if self.error is not None else None,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunDetail:
-    """Everything about one run (``nbcast runs show``): its context, its attempts and
-    why they ended, its executed notebook, and what the delivery plane made of it."""
-
-    id: int
-    tenant: str
-    definition: str
-    version: int
-    slot_key: str | None
-    kind: str
-    fire_at: datetime
-    state: str
-    reason: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    not_before: datetime
-    """When it may be claimed (a retry's backoff)."""
-    parameters: dict[str, Any]
-    attempt: int
-    notebook_sha256: str | None
-    """The executed notebook's sha256: the run's, else its latest attempt's."""
-    error: ErrorInfo | None
-    """Why it failed (or why its last attempt did), as far as it is known."""
-    cancel_requested_at: datetime | None = None
-    cancel_requested_by: str | None = None
-    context: dict[str, Any] | None = None
-    """The period it covers (:mod:`nbcast.scheduler.period`)."""
-    rerun_of: int | None = None
-    """The run a ``rerun`` repeats."""
-    attempts: list[AttemptRecord]
-    renditions: list[RenditionRecord]
-    """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
-    deliveries: list[DeliveryRecord]
-    """The delivery ledger's rows of the run, one per recipient and channel."""
-
-    @property
-    def next_try_at(self) -> datetime | None:
-        """When a run waiting for a retry may be claimed again (None otherwise)."""
-        return self.not_before if self.state == RunState.QUEUED and self.attempt else None
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "definition": self.definition,
-            "version": self.version,
-            "slot_key": self.slot_key,
-            "kind": self.kind,
-            "fire_at": format_instant(self.fire_at),
-            "state": self.state,
-            "reason": self.reason,
-            "created_at": format_instant(self.created_at),
-            "started_at": _instant(self.started_at),
-            "finished_at": _instant(self.finished_at),
-            "not_before": format_instant(self.not_before),
-            "parameters": self.parameters,
-            "context": self.context,
-            "rerun_of": self.rerun_of,
-            "attempt": self.attempt,
-            "notebook_sha256": self.notebook_sha256,
-            "error": self.error.to_json() if self.error is not None else None,
-            "cancel_requested_at": _instant(self.cancel_requested_at),
-            "cancel_requested_by": self.cancel_requested_by,
-            "attempts": [a.to_json() for a in self.attempts],
-            "renditions": [r.to_json() for r in self.renditions],
-            "deliveries": [d.to_json() for d in self.deliveries],
         }

@@ -12,8 +12,8 @@ from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 
-from nbcast.delivery.models import OutboxRow
-from nbcast.executor.models import Run, RunAttempt, WarehouseUsage
+from nbcast.executor.models import OutboxRow, RunAttempt, WarehouseUsage
+from nbcast.scheduler.models import Run
 
 __all__ = ["ATTEMPTS", "OUTBOX", "RUNS", "USAGE", "rowcount", "skip_locked"]
 

@@ -53,11 +53,11 @@ from nbcast.errors import LeaseLostError
 from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptOutcome, sweep_run_folders
 from nbcast.executor.engines.base import Engine
 from nbcast.executor.leases import Lease, Success
-from nbcast.executor.models import ACTIVE_STATES, Run, RunReason, RunState
 from nbcast.executor.preflight import permanent_reason
 from nbcast.executor.queue import RunQueue
 from nbcast.executor.storable import storable_error, storable_json, storable_text
 from nbcast.sandbox.policy import SandboxTemplate, default_template
+from nbcast.scheduler.models import ACTIVE_STATES, Run, RunReason, RunState
 
 __all__ = ["MAX_RECORD_TRIES", "Worker", "WorkerStats", "default_work_dir"]
 

@@ -26,10 +26,10 @@ import sqlalchemy as sa
 
 from nbcast.db import Database
 from nbcast.errors import ConfigError
-from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
 from nbcast.sandbox.policy import SandboxSetting, SandboxTemplate, default_template
 from nbcast.sandbox.support import sandbox_support
+from nbcast.tenancy.models import Tenant, User
 
 __all__ = ["WorkerScope", "worker_scope"]
 

@@ -20,8 +20,8 @@
   context, audience and row filter (:func:`rerun_run`).
 
 Each takes the :class:`~nbcast.access.Caller`, acts in its tenant only, needs the
-``author`` role there (:mod:`nbcast.governance.roles`) and leaves an audit entry in
-the transaction of the change (:mod:`nbcast.governance.audit`).
+``author`` role there (:mod:`nbcast.tenancy.roles`) and leaves an audit entry in
+the transaction of the change (:mod:`nbcast.tenancy.audit`).
 """
 
 from __future__ import annotations
@@ -42,15 +42,12 @@ from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.definitions.queries import definition_row
 from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
-from nbcast.executor.control import own_run
-from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
-from nbcast.governance import audit
-from nbcast.governance.roles import Role, require
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState, ScheduleState
 from nbcast.scheduler.period import context_of, manual_period
 from nbcast.scheduler.policies import ActiveRuns, Decision, SlotReason, decide
+from nbcast.scheduler.runs import own_run
 from nbcast.scheduler.slots import (
     EPSILON,
     active_runs,
@@ -60,6 +57,8 @@ from nbcast.scheduler.slots import (
     usable,
 )
 from nbcast.scheduler.zones import range_bound
+from nbcast.tenancy import audit
+from nbcast.tenancy.roles import Role, require
 
 __all__ = ["backfill", "pause", "rerun_run", "resume", "run_now", "run_now_all"]
 

@@ -59,10 +59,16 @@ from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.executor.models import ACTIVE_STATES, CancelReason, CancelRequest, Run, RunKind
 from nbcast.faults import crash_point
 from nbcast.limits import MAX_SLOTS_PER_PASS
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import (
+    ACTIVE_STATES,
+    CancelReason,
+    CancelRequest,
+    Run,
+    RunKind,
+    ScheduleState,
+)
 from nbcast.scheduler.policies import ActiveRuns, Decision, decide
 from nbcast.scheduler.slots import (
     Plan,

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
-from nbcast.executor.models import RunState
 from nbcast.scheduler.compiler import Slot, SlotReason, SlotStatus
+from nbcast.scheduler.models import RunState
 
 __all__ = ["ActiveRuns", "Decision", "SlotReason", "decide"]
 

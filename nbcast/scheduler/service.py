@@ -13,11 +13,10 @@ rolls back whole transactions.
 With the embedded SQLite database only one scheduler may run: it holds a file lock
 beside the database *file* (:func:`scheduler_lock`; two homes pointing at one
 database file share it), and a second one exits with a clear message. On
-PostgreSQL any number ofreplicas share the work.
+PostgreSQL any number of replicas share the work.
 
-After its own work each step runs the governance plane's periodic jobs
-(:mod:`nbcast.governance.jobs`: the SLA monitor, the daily retention pass); a job
-that fails is logged and never holds up the slots.
+The oversight layer's periodic jobs (the SLA monitor, audit checkpoints, retention)
+are a service of their own (:mod:`nbcast.oversight.service`), above the planes.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -38,9 +36,6 @@ from nbcast.db import Database
 from nbcast.errors import SchedulerLockedError
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
-
-if TYPE_CHECKING:
-    from nbcast.governance.checkpoints import AuditKey
 
 __all__ = ["SchedulerService", "scheduler_lock"]
 
@@ -98,8 +93,6 @@ class SchedulerService(Service):
         max_sleep: float = 5.0,
         min_sleep: float = 0.0,
         sync_interval: float = 2.0,
-        audit_key: AuditKey | None = None,
-        checkpoint_export: Path | None = None,
     ) -> None:
         super().__init__()
         self.db = db
@@ -112,11 +105,6 @@ class SchedulerService(Service):
         self.failed = 0
         self.sync_interval = sync_interval
         self._next_sync = 0.0
-        from nbcast.governance.jobs import GovernanceRunner, frequent_checks
-
-        self.governance = GovernanceRunner(
-            db, clock, owner=self.name, frequent=frequent_checks(audit_key, checkpoint_export)
-        )
 
     def stop(self) -> None:
         """End the loop after the current iteration."""
@@ -138,14 +126,6 @@ class SchedulerService(Service):
                 continue
             self.total += result.slots
             self.failed += result.failed
-            try:
-                ran = self.governance.step()
-            except Exception as exc:  # the database is away: the slots are done already
-                yield Step(error=exc, sleep=min(1.0, self.max_sleep), detail=self._detail())
-                continue
-            for job, summary in ran.items():
-                if any(v for k, v in summary.items() if k != "seconds"):
-                    log.info("governance %s: %s", job, summary)
             if result.slots:
                 log.info(
                     "materialized %d slots of %d definitions %s",
@@ -160,7 +140,6 @@ class SchedulerService(Service):
         return {
             "slots_materialized": self.total,
             "definitions_failed": self.failed,
-            "governance_failures": self.governance.failures,
         }
 
     def _sleep_seconds(self) -> float:

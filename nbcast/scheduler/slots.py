@@ -50,8 +50,8 @@ from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
 from nbcast.errors import ScheduleError
-from nbcast.executor.models import ACTIVE_STATES, Run, RunKind, RunState
 from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
+from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState
 from nbcast.scheduler.period import context_of, interval_schedule, slot_periods
 from nbcast.scheduler.policies import ActiveRuns, Decision
 

@@ -19,7 +19,7 @@ a refused one builds nothing:
    refusal is answered at once and the connection closed, which costs the server
    nothing more.
 2. **Who**: the caller needs the ``author`` role in a tenant that exists — checked
-   by the command layer (:func:`nbcast.governance.roles.require`) before any byte of
+   by the command layer (:func:`nbcast.tenancy.roles.require`) before any byte of
    the body is parsed, and before a refusal of gate 1 or 3 is answered. (Those gates
    are settled earlier, while the body arrives, but whoever is refused, nothing is
    built.)

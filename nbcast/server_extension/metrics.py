@@ -5,7 +5,7 @@ delivery worker, so the metrics are counts of rows taken when Prometheus scrapes
 (:class:`DatabaseCollector`, a ``prometheus_client`` custom collector), not
 counters kept in one process: any server of the installation reports the same
 numbers, and a restart loses nothing. The counting itself is the governance plane's
-(:mod:`nbcast.governance.metrics_queries`); this module holds no SQL, only the
+(:mod:`nbcast.views.metrics`); this module holds no SQL, only the
 families and the bounds on their labels.
 
 ===========================================  =======================================
@@ -65,7 +65,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
 from nbcast.db import Database
-from nbcast.governance import metrics_queries as q
+from nbcast.views import metrics as q
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -89,7 +89,7 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 
 OTHER = "other"
 """The label value that stands for every value past a family's bound."""
-SERVICE_KINDS = ("scheduler", "worker", "delivery-worker")
+SERVICE_KINDS = ("scheduler", "worker", "delivery-worker", "oversight")
 
 
 def _bounded(
@@ -142,9 +142,9 @@ def _histogram(name: str, doc: str, counted: q.DurationHistogram) -> Metric:
 
 def tenant_queue_family(queues: Sequence[q.TenantQueue]) -> GaugeMetricFamily:
     """``nbcast_tenant_queue_depth``: the :data:`MAX_TENANTS` deepest queues by name,
-    each with every state of :data:`~nbcast.governance.metrics_queries.QUEUE_STATES`;
+    each with every state of :data:`~nbcast.views.metrics.QUEUE_STATES`;
     the rest summed per state under ``other`` (``queues`` deepest first, as
-    :func:`~nbcast.governance.metrics_queries.queue_by_tenant_and_state` gives them)."""
+    :func:`~nbcast.views.metrics.queue_by_tenant_and_state` gives them)."""
     family = GaugeMetricFamily(
         "nbcast_tenant_queue_depth",
         f"Runs in the queue (QUEUED, LEASED, RUNNING), by tenant and state (the "
@@ -170,7 +170,7 @@ def sla_misses_family(
     rows: Sequence[tuple[str, str, int]], *, per_tenant: bool
 ) -> CounterMetricFamily:
     """``nbcast_sla_misses_total`` from ``(tenant, state, count)`` rows
-    (:func:`~nbcast.governance.metrics_queries.sla_misses_by_tenant_and_state`): by
+    (:func:`~nbcast.views.metrics.sla_misses_by_tenant_and_state`): by
     state, and with ``per_tenant`` by tenant too — the :data:`MAX_TENANTS` tenants with
     the most misses by name, the rest summed as ``other``."""
     doc = "Slots not delivered within their definition's SLA, by the slot's state"
@@ -221,7 +221,7 @@ class DatabaseCollector(Collector):
         yield from families
 
     def _families(self, session: Session, now: datetime) -> Iterator[Metric]:
-        from nbcast.governance.health import health
+        from nbcast.views.health import health
 
         yield _gauge("nbcast_runs", "Runs by state.", ["state"], q.runs_by_state(session))
         yield _gauge(

@@ -91,7 +91,7 @@ class Operation:
     """Other media types the success response may have (chosen by a query parameter,
     e.g. ``format=html``), each with its schema (None: none)."""
     admin: bool = False
-    """Only for operators (the command layer checks: :mod:`nbcast.governance.roles`)."""
+    """Only for operators (the command layer checks: :mod:`nbcast.tenancy.roles`)."""
     errors: tuple[int, ...] = (400, 403, 404)
     """The error statuses it may answer (each with the error schema)."""
 

@@ -1,5 +1,5 @@
-"""The embedded services: the scheduler, a worker and a delivery worker as supervised
-child processes of the server.
+"""The embedded services: the scheduler, a worker, a delivery worker and the oversight
+service as supervised child processes of the server.
 
 With the embedded default (SQLite in the home folder) nothing else would run them, so
 the extension does (:meth:`NbcastApp.wants_services
@@ -9,9 +9,10 @@ separate services (``deploy/systemd/``) and the server starts none.
 What the :class:`ServiceSupervisor` guarantees:
 
 - **Same configuration.** Each child is the ordinary ``nbcast`` command (``scheduler
-  run``, ``worker``, ``delivery-worker``) started with the server's nbcast environment
-  (:attr:`ServerState.environ <nbcast.server_extension.state.ServerState.environ>`), so
-  it sees the home, database, artifact store, SMTP and keys the handlers see.
+  run``, ``worker``, ``delivery-worker``, ``oversight``) started with the server's
+  nbcast environment (:attr:`ServerState.environ
+  <nbcast.server_extension.state.ServerState.environ>`), so it sees the home,
+  database, artifact store, SMTP and keys the handlers see.
 - **Restarted with backoff.** A child that exits while the server runs is started
   again after ``BACKOFF_BASE · 2^(n-1)`` seconds, at most :data:`BACKOFF_MAX`, where
   ``n`` counts its consecutive short lives; a child that ran :data:`STABLE_AFTER`
@@ -105,7 +106,7 @@ class ChildSpec:
     """One service to keep running: its kind and its ``nbcast`` arguments."""
 
     kind: str
-    """``scheduler``, ``worker`` or ``delivery-worker``."""
+    """``scheduler``, ``worker``, ``delivery-worker`` or ``oversight``."""
     args: tuple[str, ...]
     """The arguments of the ``nbcast`` command."""
 
@@ -116,15 +117,16 @@ class ChildSpec:
 
 
 def embedded_children(environ: Mapping[str, str]) -> list[ChildSpec]:
-    """The three embedded services for ``environ``: the scheduler, one worker (on Ray
-    when ``NBCAST_RAY_ADDRESS`` is set, locally otherwise) and one delivery worker,
-    each with its command's defaults."""
+    """The four embedded services for ``environ``: the scheduler, one worker (on Ray
+    when ``NBCAST_RAY_ADDRESS`` is set, locally otherwise), one delivery worker and the
+    oversight service, each with its command's defaults."""
     ray = (environ.get("NBCAST_RAY_ADDRESS") or "").strip()
     worker = ("worker", "--engine", "ray", "--ray-address", ray) if ray else ("worker",)
     return [
         ChildSpec("scheduler", ("scheduler", "run")),
         ChildSpec("worker", worker),
         ChildSpec("delivery-worker", ("delivery-worker",)),
+        ChildSpec("oversight", ("oversight",)),
     ]
 
 

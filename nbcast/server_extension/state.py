@@ -85,10 +85,10 @@ class ServerState:
     def db(self) -> Database:
         """The database, opened (and migrated) on first use, the home made private, and
         the operators seeded before any request acts
-        (:func:`~nbcast.governance.roles.seed_operators`: the server's owner on a fresh
+        (:func:`~nbcast.tenancy.roles.seed_operators`: the server's owner on a fresh
         home, ``admin_users``)."""
         from nbcast.db import Database
-        from nbcast.governance.roles import seed_operators
+        from nbcast.tenancy.roles import seed_operators
 
         prepare_home(self.settings.home)
         db = Database.open(self.settings.database_url, owner_url=self.settings.database_owner_url)

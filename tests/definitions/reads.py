@@ -5,7 +5,9 @@ from __future__ import annotations
 from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions import queries
-from nbcast.definitions.queries import DefinitionRecord, VersionInfo
+from nbcast.definitions.queries import VersionInfo
+from nbcast.views import definitions as views
+from nbcast.views.definitions import DefinitionRecord
 
 
 def _caller(tenant: str) -> Caller:
@@ -24,4 +26,4 @@ def list_versions(db: Database, tenant: str, name: str) -> list[VersionInfo]:
 
 def list_definitions(db: Database, tenant: str) -> list[DefinitionRecord]:
     with db.session() as session:
-        return queries.list_definitions(session, _caller(tenant)).items
+        return views.list_definitions(session, _caller(tenant)).items

@@ -11,11 +11,12 @@ import pytest
 from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
-from nbcast.definitions.queries import get_definition, get_version, list_definitions
+from nbcast.definitions.queries import get_version
 from nbcast.definitions.versions import publish
 from nbcast.errors import ConfigError, UnknownDefinitionError
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.materializer import Materializer
+from nbcast.tenancy.tenants import ensure_tenant
+from nbcast.views.definitions import get_definition, list_definitions
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 3, 7, tzinfo=UTC)

@@ -32,9 +32,9 @@ from nbcast.delivery.signing import Signer
 from nbcast.delivery.tables import encode_table
 from nbcast.delivery.worker import DeliveryWorker
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.output import TABLE_MIME_TYPE
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.notebooks import make_notebook
 
 SIGNER = Signer([("k1", "test-signing-secret-0123456789")])

@@ -18,9 +18,9 @@ from nbcast.definitions.audiences import BASE, audience_key
 from nbcast.delivery.channels.link import LinkChannel
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.models import Delivery
-from nbcast.executor.models import Run
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now_all
+from nbcast.scheduler.models import Run
 from tests.delivery.plane import Plane, executed_notebook, receipts
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)

@@ -25,12 +25,13 @@ from nbcast.delivery.channels.link import LinkChannel
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.ledger import retry_failed
 from nbcast.delivery.links import verify_link
-from nbcast.delivery.models import Delivery, DeliveryAttempt, OutboxRow, Rendition
+from nbcast.delivery.models import Delivery, DeliveryAttempt, Rendition
 from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
 from nbcast.errors import RenderError, TransientChannelError
 from nbcast.executor.engines.local import LocalEngine
+from nbcast.executor.models import OutboxRow
 from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import backfill, run_now
 from nbcast.scheduler.materializer import Materializer

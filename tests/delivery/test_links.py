@@ -18,8 +18,8 @@ from nbcast.delivery.models import Unsubscription
 from nbcast.delivery.signing import Signer, load_signer, parse_keys
 from nbcast.delivery.unsubscribe import is_unsubscribed, unsubscribe_token, use_token
 from nbcast.errors import ConfigError, LinkError
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)

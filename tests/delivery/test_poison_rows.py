@@ -34,7 +34,7 @@ from nbcast.delivery.models import Delivery
 from nbcast.delivery.webhook_policy import WebhookPolicy
 from nbcast.delivery.worker import IDLE_HORIZON, DeliveryWorker
 from nbcast.errors import TransientChannelError
-from nbcast.executor.models import Run
+from nbcast.scheduler.models import Run
 from nbcast.testing.http import HTTPReply
 from nbcast.testing.slack_api import TOKEN, slack_server
 from nbcast.testing.webhook import webhook_receiver

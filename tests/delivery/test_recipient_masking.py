@@ -21,7 +21,7 @@ from nbcast.db import Database
 from nbcast.definitions.diff import diff_versions
 from nbcast.definitions.diff_render import render_diff
 from nbcast.definitions.notebook import canonical_json
-from nbcast.definitions.queries import get_definition, get_version, list_definitions, list_versions
+from nbcast.definitions.queries import get_version, list_versions
 from nbcast.definitions.recipients import Disclosure, mask_url
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import publish
@@ -29,7 +29,8 @@ from nbcast.delivery.channels.link import LinkChannel
 from nbcast.delivery.channels.webhook import WebhookChannel
 from nbcast.delivery.queries import deliveries_of_run, list_deliveries, list_links
 from nbcast.errors import MetadataError
-from nbcast.executor.queries import get_run
+from nbcast.views.definitions import get_definition, list_definitions
+from nbcast.views.runs import get_run
 from tests.delivery.plane import LOOPBACK, Plane
 from tests.members import grant
 from tests.notebooks import make_notebook

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from nbcast.artifacts import LocalArtifactStore
-from nbcast.executor.artifacts_of_run import (
+from nbcast.executor.failures import PAPERMILL_ERROR_TAG, ErrorInfo
+from nbcast.executor.records import AttemptRecord
+from nbcast.views.run_files import (
     MAX_TRACEBACK_BYTES,
     MAX_TRACEBACK_LINES,
     NotebookUnavailable,
@@ -19,8 +21,6 @@ from nbcast.executor.artifacts_of_run import (
     format_traceback,
     read_artifact,
 )
-from nbcast.executor.failures import PAPERMILL_ERROR_TAG, ErrorInfo
-from nbcast.executor.records import AttemptRecord
 
 RED = "\x1b[0;31m"
 RESET = "\x1b[0m"

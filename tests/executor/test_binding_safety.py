@@ -30,9 +30,9 @@ from nbcast.definitions.bindings import BASES, SNAPS, UNITS, Period, parse_bindi
 from nbcast.definitions.versions import publish
 from nbcast.errors import MetadataError
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run
 from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
 
 DIRECTIVES = "aAwdbBmyYHIpMSfzZjUWcxXGuV%"

@@ -19,10 +19,11 @@ from nbcast.executor import bounds
 from nbcast.executor.attempt import AttemptJob
 from nbcast.executor.engines.base import Resources
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run, RunState, WarehouseUsage
+from nbcast.executor.models import WarehouseUsage
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.models import Tenant
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run, RunState
+from nbcast.tenancy.models import Tenant
 from tests.executor.test_queue import T0, setup_tenant, states
 from tests.executor.test_worker import define, make_worker, run_state
 

@@ -16,9 +16,9 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import ConflictError, NotFoundError
 from nbcast.executor.control import cancel_run
-from nbcast.executor.models import CancelRequest, Run
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import CancelRequest, Run
 from tests.members import grant
 from tests.notebooks import make_notebook
 

@@ -26,8 +26,8 @@ from nbcast.executor.early_exit import find_early_exit
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.kernels import KernelPool
 from nbcast.executor.notebook_runner import execute_notebook
-from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import set_quota
 from tests.executor.test_worker import attempts, make_worker, run_state
 from tests.notebooks import make_notebook
 

@@ -20,8 +20,9 @@ from nbcast.errors import ConfigError
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines import check_engine_name, engines, open_engine
 from nbcast.executor.engines.base import Engine, Resources
-from nbcast.executor.models import Run, RunAttempt, RunState
+from nbcast.executor.models import RunAttempt
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run, RunState
 from tests.notebooks import make_notebook
 
 

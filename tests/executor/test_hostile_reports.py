@@ -32,8 +32,8 @@ from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.kernels.zygote import default_zygote, shutdown_default_zygote
 from nbcast.executor.output_limits import DEFAULT_RUN_BYTES
 from nbcast.executor.preflight import PermanentFailure, check_attempt
-from nbcast.governance.tenants import ensure_tenant, set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import ensure_tenant, set_quota
 from tests.executor.test_worker import attempts, make_worker, run_state
 from tests.notebooks import make_notebook
 

@@ -14,16 +14,16 @@ from jupyter_client.kernelspec import NoSuchKernel
 from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
+from nbcast.definitions.kernelspec_check import kernel_name, missing_kernel
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.versions import publish
 from nbcast.errors import ParameterValueError
 from nbcast.executor.attempt import AttemptJob, execute_attempt
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.kernelspec_check import kernel_name, missing_kernel
-from nbcast.executor.models import Run
 from nbcast.executor.preflight import PermanentFailure, check_attempt, permanent_reason
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.executor.test_worker import attempts, make_worker, run_state
 from tests.notebooks import make_notebook
 

@@ -13,14 +13,14 @@ from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.delivery.models import OutboxRow
 from nbcast.errors import LeaseLostError
 from nbcast.executor.leases import Success
-from nbcast.executor.models import CancelRequest, Run, RunAttempt, RunState, WarehouseUsage
+from nbcast.executor.models import OutboxRow, RunAttempt, WarehouseUsage
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.models import Tenant
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import CancelRequest, Run, RunState
+from nbcast.tenancy.models import Tenant
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
@@ -273,7 +273,7 @@ def test_a_spent_daily_budget_holds_runs_until_the_next_day(
 ) -> None:
     """Spent bytes or CPU of the UTC day: nothing leased, the due runs wait QUEUED with
     reason budget; the next day they are leased, with the bytes left on the lease."""
-    from nbcast.governance.models import TenantUsageDay
+    from nbcast.tenancy.models import TenantUsageDay
 
     setup_tenant(db, tmp_path, "default", 2)
     setup_tenant(db, tmp_path, "other", 1)
@@ -313,7 +313,7 @@ def test_a_spent_daily_budget_holds_runs_until_the_next_day(
 
 
 def test_a_lease_carries_the_bytes_left_of_the_day(db: Database, tmp_path: Path) -> None:
-    from nbcast.governance.models import TenantUsageDay
+    from nbcast.tenancy.models import TenantUsageDay
 
     setup_tenant(db, tmp_path, "default", 1)
     clock = FixedClock(T0 + timedelta(seconds=1))

@@ -15,10 +15,10 @@ from nbcast.clock import FixedClock, SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run
 from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
 
 # The notebook prints what it sees, one JSON line: the context and its bound date.

@@ -21,11 +21,12 @@ from nbcast.definitions.versions import publish
 from nbcast.delivery.models import Delivery, Rendition
 from nbcast.errors import ConfigError, NotFoundError, UnknownDefinitionError
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run
-from nbcast.executor.queries import get_run, list_runs
+from nbcast.executor.queries import list_runs
 from nbcast.executor.worker import Worker
-from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.tenants import set_quota
+from nbcast.views.runs import get_run
 from tests.members import grant
 from tests.notebooks import make_notebook
 

@@ -17,10 +17,11 @@ from nbcast.definitions.versions import publish
 from nbcast.executor.attempt import AttemptOutcome
 from nbcast.executor.control import cancel_run
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run, RunAttempt
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.worker import Worker
-from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.tenants import set_quota
 from tests.members import grant
 from tests.notebooks import make_notebook
 

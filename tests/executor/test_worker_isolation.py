@@ -22,8 +22,8 @@ from nbcast.executor.engines.base import Resources
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import WarehouseUsage
 from nbcast.executor.worker import MAX_RECORD_TRIES
-from nbcast.governance.tenants import ensure_tenant, set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import ensure_tenant, set_quota
 from tests.executor.test_worker import attempts, make_worker, run_state
 from tests.notebooks import make_notebook
 

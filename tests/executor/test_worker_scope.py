@@ -19,10 +19,10 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.worker_scope import worker_scope
-from nbcast.governance.models import ServiceHeartbeat
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.heartbeats import ServiceHeartbeat
 from nbcast.sandbox.policy import SandboxSetting
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.executor.test_worker import make_worker, run_state
 from tests.notebooks import make_notebook
 

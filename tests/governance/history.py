@@ -24,10 +24,11 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database, import_models
 from nbcast.delivery.channels.link import LinkChannel
 from nbcast.delivery.models import Rendition, SignedLink
-from nbcast.executor.models import Run, RunAttempt
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run
 from tests.delivery.plane import Plane, executed_notebook
 
 START = datetime(2026, 10, 1, 6, 0, tzinfo=UTC)

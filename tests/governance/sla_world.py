@@ -24,9 +24,11 @@ from nbcast.delivery.rendering import RenderQueue
 from nbcast.delivery.worker import DeliveryWorker
 from nbcast.executor.lease import Lease
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.models import AuditEntry, SlaMiss, SlaWatermark, User
-from nbcast.governance.sla import check_slas
+from nbcast.oversight.models import SlaMiss, SlaWatermark
+from nbcast.oversight.sla import check_slas
+from nbcast.oversight.sla_alerts import AlertWorker
 from nbcast.scheduler.materializer import Materializer, TickResult
+from nbcast.tenancy.models import AuditEntry, User
 from tests.delivery.plane import SIGNER, executed_notebook
 from tests.notebooks import make_notebook
 
@@ -35,6 +37,28 @@ RECIPIENT = "cfo@example.com"
 ALICE = Caller(tenant="default", user="t")
 QUIET: dict[str, str] = {}
 """The environment the monitor reads in most tests: no NBCAST_SLA_* variable."""
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one step of the two services did."""
+
+    busy: bool
+    alerted: int
+
+
+@dataclass(frozen=True)
+class Services:
+    """The delivery worker and the oversight service's alerts, as one step: the SLA
+    tests follow a report from its run to its owner's inbox."""
+
+    delivery: DeliveryWorker
+    alerts: AlertWorker
+
+    def step(self) -> Pass:
+        delivered = self.delivery.step()
+        alerted = self.alerts.send_due()
+        return Pass(busy=delivered.busy or alerted > 0, alerted=alerted)
 
 
 @dataclass
@@ -99,8 +123,9 @@ class World:
         sha = self.store.put(executed_notebook()).sha256
         self.queue.succeed(lease, artifact_sha256=sha, duration_s=0.1)
 
-    def worker(self, channels: dict[str, Channel]) -> DeliveryWorker:
-        """The real delivery worker over ``channels`` (links to reports.example.com)."""
+    def worker(self, channels: dict[str, Channel]) -> Services:
+        """The real delivery worker and the oversight service's alert sender over
+        ``channels`` (links to reports.example.com), stepped together."""
         ledger = Ledger(
             self.db,
             self.clock,
@@ -111,7 +136,15 @@ class World:
             base_url="https://reports.example.com",
         )
         renders = RenderQueue(self.db, self.clock, self.store, owner="test-render")
-        return DeliveryWorker(self.db, self.clock, ledger, renders)
+        alerts = AlertWorker(
+            self.db,
+            self.clock,
+            channels,
+            owner="test-oversight",
+            lease=timedelta(minutes=2),
+            base_url="https://reports.example.com",
+        )
+        return Services(DeliveryWorker(self.db, self.clock, ledger, renders), alerts)
 
     def check(self, environ: dict[str, str] | None = None, **options: Any) -> dict[str, Any]:
         """One pass of the monitor (no time budget unless ``max_seconds`` is given: a

@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.db import Database
-from nbcast.governance import audit
-from nbcast.governance.audit import Action
-from nbcast.governance.models import AuditEntry, AuditHead, Tenant
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.tenancy import audit
+from nbcast.tenancy.audit import Action
+from nbcast.tenancy.models import AuditEntry, AuditHead, Tenant
+from nbcast.tenancy.tenants import ensure_tenant
 
 T0 = datetime(2026, 11, 2, 6, 0, tzinfo=UTC)
 

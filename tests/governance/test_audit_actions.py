@@ -19,12 +19,12 @@ from nbcast.delivery.commands import revoke_link, unsubscribe_recipient
 from nbcast.delivery.link_opens import open_link
 from nbcast.delivery.models import SignedLink
 from nbcast.executor.control import cancel_run
-from nbcast.governance import audit
-from nbcast.governance.members import add_member, set_role
-from nbcast.governance.models import AuditEntry, Tenant
-from nbcast.governance.tenants import change_quota
 from nbcast.scheduler.control import backfill, pause, resume, run_now
 from nbcast.scheduler.materializer import Materializer
+from nbcast.tenancy import audit
+from nbcast.tenancy.members import add_member, set_role
+from nbcast.tenancy.models import AuditEntry, Tenant
+from nbcast.tenancy.tenants import change_quota
 from nbcast.testing.smtp import smtp_server
 from tests.delivery.plane import SIGNER, Plane
 

@@ -19,12 +19,13 @@ from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.models import Run, RunAttempt
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.worker import Worker
-from nbcast.governance.budgets import usage_day
-from nbcast.governance.models import Tenant, TenantUsageDay
-from nbcast.governance.tenants import ensure_tenant, set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.budgets import usage_day
+from nbcast.tenancy.models import Tenant, TenantUsageDay
+from nbcast.tenancy.tenants import ensure_tenant, set_quota
 from tests.members import grant
 from tests.notebooks import make_notebook
 

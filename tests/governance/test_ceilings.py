@@ -14,10 +14,10 @@ from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.errors import AccessDeniedError, ConfigError
-from nbcast.governance import audit
-from nbcast.governance.models import AuditEntry, Tenant
-from nbcast.governance.roles import seed_operators
-from nbcast.governance.tenants import change_quota, create_tenant, set_ceilings
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import AuditEntry, Tenant
+from nbcast.tenancy.roles import seed_operators
+from nbcast.tenancy.tenants import change_quota, create_tenant, set_ceilings
 
 CLOCK = FixedClock(datetime(2026, 12, 3, 9, 0, tzinfo=UTC))
 OPERATOR = Caller(tenant="default", user="boss")

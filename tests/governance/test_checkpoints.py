@@ -2,7 +2,7 @@
 see — a tail cut with the head rolled back, and every hash recomputed after an edit —
 are both found against a checkpoint, on both back ends, also when the database's own
 checkpoints were removed (the exported file still has them); a forged checkpoint is a
-finding, a broken chain is never signed, the scheduler checkpoints at least hourly, and
+finding, a broken chain is never signed, the oversight job checkpoints at least hourly, and
 the command line does all of it with one line per outcome."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import sqlalchemy as sa
 
 from nbcast.clock import FixedClock
 from nbcast.db import Database
-from nbcast.governance import audit
-from nbcast.governance.audit import Action
-from nbcast.governance.checkpoints import (
+from nbcast.oversight.jobs import checkpoint_job
+from nbcast.tenancy import audit
+from nbcast.tenancy.audit import Action
+from nbcast.tenancy.checkpoints import (
     AuditKey,
     append_export,
     check_anchors,
@@ -29,9 +30,8 @@ from nbcast.governance.checkpoints import (
     make_checkpoints,
     read_export,
 )
-from nbcast.governance.jobs import checkpoint_job
-from nbcast.governance.models import AuditEntry, Tenant
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.tenancy.models import AuditEntry, Tenant
+from nbcast.tenancy.tenants import ensure_tenant
 
 T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
 
@@ -192,7 +192,7 @@ def test_a_broken_chain_is_never_signed(db: Database, key: AuditKey) -> None:
     assert (made, refused) == ([], ["acme"])
 
 
-def test_the_scheduler_checkpoints_at_least_hourly_while_the_log_grows(
+def test_the_checkpoint_job_signs_at_least_hourly_while_the_log_grows(
     db: Database, key: AuditKey, tmp_path: Path
 ) -> None:
     exported = tmp_path / "checkpoints.jsonl"
@@ -213,7 +213,7 @@ def test_the_scheduler_checkpoints_at_least_hourly_while_the_log_grows(
 def test_replicas_checkpointing_one_head_record_it_once(db: Database, key: AuditKey) -> None:
     """Two replicas that read the same head sign it twice: one row is kept."""
     from nbcast.db import insert_ignore
-    from nbcast.governance.models import AuditCheckpoint
+    from nbcast.tenancy.models import AuditCheckpoint
 
     write(db, "acme", 2)
     clock = FixedClock(T0 + timedelta(hours=1))

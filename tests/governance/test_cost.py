@@ -23,10 +23,11 @@ from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.models import Delivery, Rendition
 from nbcast.errors import AccessDeniedError
-from nbcast.executor.models import Run, RunAttempt, WarehouseUsage
-from nbcast.governance.cost import CostReport, cost_report, plot_report
-from nbcast.governance.models import Operator
-from nbcast.governance.retention import run_retention, set_retention
+from nbcast.executor.models import RunAttempt, WarehouseUsage
+from nbcast.oversight.cost import CostReport, cost_report, plot_report
+from nbcast.oversight.retention import run_retention, set_retention
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.models import Operator
 from tests.governance.cli import act_as
 from tests.governance.history import START, History, make_history, store_files, table_counts
 from tests.members import grant

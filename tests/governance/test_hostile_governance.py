@@ -21,8 +21,8 @@ from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.errors import ConflictError
-from nbcast.governance.members import revoke_operator, set_role
-from nbcast.governance.models import Operator, User
+from nbcast.tenancy.members import revoke_operator, set_role
+from nbcast.tenancy.models import Operator, User
 from tests.governance.cli import act_as
 from tests.governance.history import table_counts
 from tests.members import grant

@@ -27,9 +27,9 @@ from nbcast.access import identity as identity_of
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.errors import AccessDeniedError, ConfigError, StorageError
-from nbcast.governance.members import add_member, list_members
-from nbcast.governance.models import Operator, Tenant, User
-from nbcast.governance.roles import (
+from nbcast.tenancy.members import add_member, list_members
+from nbcast.tenancy.models import Operator, Tenant, User
+from nbcast.tenancy.roles import (
     Role,
     is_operator,
     member,
@@ -38,7 +38,7 @@ from nbcast.governance.roles import (
     require_role_or_operator,
     seed_operators,
 )
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.conftest import scratch_pg_database
 from tests.governance.cli import act_as
 from tests.governance.history import table_counts

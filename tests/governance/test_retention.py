@@ -23,19 +23,14 @@ from nbcast.clock import format_instant
 from nbcast.db import Base, Database, import_models
 from nbcast.definitions.models import ReportDefinition
 from nbcast.errors import AccessDeniedError, ConfigError
-from nbcast.executor.models import FINISHED_STATES, Run
-from nbcast.governance import audit
-from nbcast.governance.cost import tenant_costs
-from nbcast.governance.jobs import GovernanceRunner
-from nbcast.governance.models import AuditEntry, CostDay, GovernanceJob, Operator, Tenant
-from nbcast.governance.retention import (
-    COUNTS,
-    Policy,
-    RetentionResult,
-    run_retention,
-    set_retention,
-)
-from nbcast.governance.retention_plan import check_policy
+from nbcast.oversight.cost import tenant_costs
+from nbcast.oversight.jobs import JobRunner
+from nbcast.oversight.models import CostDay, OversightJob
+from nbcast.oversight.retention import COUNTS, Policy, RetentionResult, run_retention, set_retention
+from nbcast.oversight.retention_plan import check_policy
+from nbcast.scheduler.models import FINISHED_STATES, Run
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import AuditEntry, Operator, Tenant
 from tests.governance.cli import act_as
 from tests.governance.history import (
     SHARED,
@@ -311,14 +306,14 @@ def test_a_blob_another_tenant_refers_to_is_kept(db: Database, nbcast_home: Path
 def test_the_daily_job_runs_once_a_day_with_two_replicas(db: Database, nbcast_home: Path) -> None:
     history = make_history(db, nbcast_home, days=6, html=False)
     _policy(history, 2, 3)
-    replicas = [GovernanceRunner(db, history.clock, owner=name, frequent={}) for name in ("a", "b")]
+    replicas = [JobRunner(db, history.clock, owner=name, frequent={}) for name in ("a", "b")]
     runs_by_day = []
     for _ in range(3):
         history.clock.advance(timedelta(days=1))
         ran = [replica.step() for replica in replicas + replicas]
         runs_by_day.append([("retention" in done) for done in ran])
         with db.session() as session:
-            job = session.get(GovernanceJob, "retention")
+            job = session.get(OversightJob, "retention")
             assert job is not None
             assert job.last_day == history.clock.now().date()
             assert job.lease_owner is None

@@ -27,12 +27,11 @@ from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.channels.email import EmailChannel
 from nbcast.delivery.models import Delivery
-from nbcast.delivery.worker import DeliveryWorker
-from nbcast.governance.jobs import GovernanceRunner
-from nbcast.governance.sla import alert_route
+from nbcast.oversight.jobs import JobRunner
+from nbcast.oversight.sla import alert_route
 from nbcast.scheduler.control import pause, resume
 from nbcast.testing.smtp import FakeSMTPServer, smtp_server
-from tests.governance.sla_world import ALICE, OWNER, RECIPIENT, World, minutes
+from tests.governance.sla_world import ALICE, OWNER, RECIPIENT, Services, World, minutes
 from tests.members import grant
 
 START = datetime(2026, 11, 2, 6, 58, tzinfo=UTC)
@@ -58,8 +57,8 @@ def _until(clock: Clock, instant: datetime) -> None:
         time.sleep(0.02)
 
 
-def _settle(worker: DeliveryWorker, done: Callable[[], bool]) -> None:
-    """Run the delivery worker's passes until ``done()``."""
+def _settle(worker: Services, done: Callable[[], bool]) -> None:
+    """Run the delivery worker's and the alerts' passes until ``done()``."""
     deadline = time.monotonic() + PATIENCE
     while not done():
         assert time.monotonic() < deadline, "the delivery worker did not get there"
@@ -142,7 +141,7 @@ def test_on_an_accelerated_clock_each_undelivered_slot_is_one_miss_and_one_alert
         # If this fails the machine took 25 simulated minutes (12 s) to deliver one report.
         assert sent_at <= SLOT + minutes(30)
 
-        replicas = [GovernanceRunner(db, clock, owner=f"replica-{i}", daily={}) for i in (1, 2)]
+        replicas = [JobRunner(db, clock, owner=f"replica-{i}", daily={}) for i in (1, 2)]
         for replica in replicas:
             replica.step()
         assert world.misses() == []  # no deadline has passed yet

@@ -1,4 +1,4 @@
-"""SLA alerts sent by the delivery worker on SQLite and PostgreSQL, against a real SMTP
+"""SLA alerts sent by the oversight service on SQLite and PostgreSQL, against a real SMTP
 server: retried with the channel's backoff after a transient refusal, failed for good
 after a permanent one or once the attempts are spent, failed when the worker has no
 such channel, fenced by the claim's attempt, and — the documented at-least-once edge —
@@ -15,7 +15,7 @@ import pytest
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.delivery.channels.email import EmailChannel
-from nbcast.delivery.sla_alerts import AlertWorker
+from nbcast.oversight.sla_alerts import AlertWorker
 from nbcast.testing.smtp import FakeSMTPServer, smtp_server
 from tests.governance.sla_world import OWNER, World, minutes
 
@@ -141,10 +141,22 @@ def test_a_worker_that_lost_its_lease_records_nothing(world: World) -> None:
     assert miss["alert_state"] == "SENT"
 
 
-def test_the_worker_is_not_idle_while_an_alert_is_due(world: World) -> None:
+def test_the_oversight_service_sends_a_due_alert_in_its_step_and_the_delivery_worker_does_not(
+    world: World,
+) -> None:
+    from nbcast.oversight.service import OversightService
+
     with smtp_server() as server:
-        worker = world.worker({"email": _email(server)})
-        assert not worker.idle()
-        assert worker.step().alerted == 1
-        assert worker.idle()
+        delivery = world.worker({"email": _email(server)}).delivery
+        assert not delivery.step().busy  # SLA alerts are not the delivery plane's
+        assert delivery.idle()
+        assert server.messages == []
+        service = OversightService(
+            world.db, world.clock, {"email": _email(server)}, name="oversight-1", interval=0.1
+        )
+        done = service.step()
+        assert (done.alerted, done.error) == (1, None)
+        assert service.step().alerted == 0
         assert len(server.messages) == 1
+    [miss] = world.misses()
+    assert miss["alert_state"] == "SENT"

@@ -12,7 +12,7 @@ from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.delivery.channels.webhook import WebhookChannel
-from nbcast.governance.sla_queries import SlaMissRecord, list_misses
+from nbcast.oversight.sla_queries import SlaMissRecord, list_misses
 from tests.governance.sla_world import ALICE, World, minutes
 from tests.members import grant
 

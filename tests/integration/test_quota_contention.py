@@ -23,11 +23,12 @@ from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run, RunAttempt
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.models import Tenant
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.models import Tenant
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.notebooks import make_notebook
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -15,9 +15,10 @@ from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run, RunAttempt
-from nbcast.governance.tenants import get_tenant, set_quota
+from nbcast.executor.models import RunAttempt
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.tenants import get_tenant, set_quota
 from tests.notebooks import make_notebook
 
 pytestmark = [pytest.mark.postgres, pytest.mark.ray, pytest.mark.slow]
@@ -89,7 +90,7 @@ def test_ray_tasks_run_on_kernels_forked_from_a_zygote(ray_cluster: str, tmp_pat
     from nbcast.artifacts import open_store
     from nbcast.executor.attempt import AttemptJob
     from nbcast.executor.engines.ray import _run_in_ray
-    from nbcast.executor.models import RunState
+    from nbcast.scheduler.models import RunState
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Py"}

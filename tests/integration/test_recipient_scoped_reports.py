@@ -200,7 +200,7 @@ def test_a_scoped_kernel_on_postgresql_sees_only_its_rows(
     import sqlalchemy as sa
 
     from nbcast.db import Database
-    from nbcast.governance.models import Tenant
+    from nbcast.tenancy.models import Tenant
 
     notebook = make_notebook(
         tmp_path / "hostile.ipynb",

@@ -29,11 +29,10 @@ from nbcast.definitions.audiences import audiences as spec_audiences
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run
-from nbcast.governance.models import ServiceHeartbeat
+from nbcast.heartbeats import ServiceHeartbeat
 from nbcast.scheduler.compiler import compile_schedule
 from nbcast.scheduler.materializer import initial_watermark
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import Run, ScheduleState
 from tests.definitions.reads import get_version
 from tests.notebooks import make_notebook
 

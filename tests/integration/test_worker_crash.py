@@ -25,11 +25,12 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import LeaseLostError
 from nbcast.executor.leases import Lease
-from nbcast.executor.models import Run, RunAttempt
+from nbcast.executor.models import RunAttempt
 from nbcast.executor.queue import RunQueue
 from nbcast.executor.quotas import Quota
-from nbcast.governance.tenants import get_tenant, set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.scheduler.models import Run
+from nbcast.tenancy.tenants import get_tenant, set_quota
 from tests.notebooks import make_notebook
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -17,9 +17,9 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import AccessDeniedError
 from nbcast.executor.engines.local import LocalEngine
-from nbcast.governance.models import AuditEntry, Tenant
-from nbcast.governance.tenants import create_tenant, set_network
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.models import AuditEntry, Tenant
+from nbcast.tenancy.tenants import create_tenant, set_network
 from tests.conftest import PG_ADMIN_URL
 from tests.executor.test_worker import make_worker, run_state
 from tests.notebooks import make_notebook
@@ -50,7 +50,7 @@ def test_network_none_reaches_the_warehouse_through_its_socket_only(
     clock = FixedClock(datetime(2026, 12, 3, tzinfo=UTC))
     operator = Caller(tenant="default", user="boss")
     with db.session() as session:  # boss: the home's first person, its operator
-        from nbcast.governance.roles import seed_operators
+        from nbcast.tenancy.roles import seed_operators
 
         seed_operators(session, "boss", frozenset(), "default", clock.now())
     create_tenant(db, clock, operator, "walled", admin="ada")
@@ -77,7 +77,7 @@ def test_network_none_reaches_the_warehouse_through_its_socket_only(
 
 
 def test_only_an_operator_changes_a_tenants_network(db: Database) -> None:
-    from nbcast.governance.roles import seed_operators
+    from nbcast.tenancy.roles import seed_operators
 
     clock = FixedClock(datetime(2026, 12, 3, tzinfo=UTC))
     with db.session() as session:

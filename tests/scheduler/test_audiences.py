@@ -22,11 +22,11 @@ from nbcast.db import Database
 from nbcast.definitions.audiences import BASE, Audience, audience_key
 from nbcast.definitions.versions import publish
 from nbcast.errors import ScheduleError
-from nbcast.executor.models import CancelRequest, Run, RunKind, RunState
 from nbcast.scheduler import control
 from nbcast.scheduler import materializer as materializer_module
 from nbcast.scheduler.compiler import Slot, SlotStatus
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import CancelRequest, Run, RunKind, RunState
 from nbcast.scheduler.policies import Decision
 from nbcast.scheduler.slots import Plan, PlanCache, slot_rows
 from tests.notebooks import make_notebook

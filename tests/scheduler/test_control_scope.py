@@ -17,8 +17,8 @@ from nbcast.clock import FixedClock
 from nbcast.db import Base, Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import NotFoundError
-from nbcast.governance.tenants import ensure_tenant
 from nbcast.scheduler import control
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 11, 2, 5, 0, tzinfo=UTC)

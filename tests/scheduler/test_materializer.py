@@ -17,10 +17,9 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import ParameterValueError, ScheduleError
-from nbcast.executor.models import CancelRequest, Run
 from nbcast.scheduler import control
 from nbcast.scheduler.materializer import Materializer
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import CancelRequest, Run, ScheduleState
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 3, 7, 0, 0, tzinfo=UTC)

@@ -17,9 +17,9 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run
 from nbcast.scheduler import control
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
 
 PREVIOUS_BUSINESS_DAY = {"$period": "slot", "steps": [{"business_days": -1, "calendar": "DE"}]}

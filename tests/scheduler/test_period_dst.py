@@ -21,9 +21,9 @@ from nbcast.db import Database
 from nbcast.definitions.bindings import Period, parse_binding, resolve, resolve_parameters
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run, RunState
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run, RunState
 from nbcast.scheduler.period import interval_schedule, slot_periods
 from tests.notebooks import make_notebook
 

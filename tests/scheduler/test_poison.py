@@ -23,9 +23,8 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run
 from nbcast.scheduler.materializer import Materializer, failure_backoff
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import Run, ScheduleState
 from tests.members import grant
 from tests.notebooks import make_notebook
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
-from nbcast.executor.models import RunState
 from nbcast.scheduler.compiler import Slot, SlotStatus
+from nbcast.scheduler.models import RunState
 from nbcast.scheduler.policies import ActiveRuns, decide
 
 T0 = datetime(2026, 11, 1, 4, 0, tzinfo=UTC)

@@ -16,9 +16,9 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import ConflictError, NotFoundError
-from nbcast.executor.models import Run
 from nbcast.scheduler.control import rerun_run
 from nbcast.scheduler.materializer import Materializer
+from nbcast.scheduler.models import Run
 from tests.members import grant, grant_url
 from tests.notebooks import make_notebook
 

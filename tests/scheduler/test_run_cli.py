@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from nbcast.cli import main
 from nbcast.db import Base, Database, import_models
-from nbcast.executor.models import Run
+from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
 
 NOW = "2026-11-02T09:00:00Z"

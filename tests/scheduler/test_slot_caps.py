@@ -21,10 +21,9 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.versions import publish
-from nbcast.executor.models import Run
 from nbcast.scheduler import materializer as materializer_module
 from nbcast.scheduler.materializer import Materializer
-from nbcast.scheduler.models import ScheduleState
+from nbcast.scheduler.models import Run, ScheduleState
 from tests.notebooks import make_notebook
 
 T0 = datetime(2026, 3, 7, 0, 0, tzinfo=UTC)

@@ -22,8 +22,8 @@ from nbcast.clock import SystemClock
 from nbcast.config import load_settings
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.governance.tenants import set_quota
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.tenants import set_quota
 from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.live import BIN, LiveServer

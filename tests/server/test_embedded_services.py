@@ -21,14 +21,14 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.db import Database
-from nbcast.governance.models import ServiceHeartbeat
+from nbcast.heartbeats import ServiceHeartbeat
 from nbcast.server_extension.services import BACKOFF_MAX, backoff_delay
 from tests.notebooks import make_notebook
 from tests.server.live import LiveServer
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
-KINDS = {"scheduler", "worker", "delivery-worker"}
+KINDS = {"scheduler", "worker", "delivery-worker", "oversight"}
 T = TypeVar("T")
 
 
@@ -136,7 +136,7 @@ def test_a_server_without_embedded_services_says_so(tmp_path: Path) -> None:
     assert body == {"enabled": False, "stopping": False, "children": []}
 
 
-def test_the_three_services_run_as_children_and_beat(server: LiveServer) -> None:
+def test_the_four_services_run_as_children_and_beat(server: LiveServer) -> None:
     def all_alive() -> dict[str, Any] | None:
         with server.client() as client:
             body: dict[str, Any] = client.get("/nbcast/api/v1/health").json()
@@ -229,7 +229,7 @@ def test_killing_the_server_takes_its_children_with_it(tmp_path: Path) -> None:
             children = snapshot(live)
             return children if all(c["state"] == "running" for c in children.values()) else None
 
-        children = wait_for("three running children", running)
+        children = wait_for("four running children", running)
         pids = [child["pid"] for child in children.values()]
         assert live.process is not None
         live.process.kill()  # no stop hook runs: the children learn it from Linux

@@ -80,7 +80,7 @@ def test_health_lists_the_services(server: LiveServer) -> None:
     with server.client() as client:  # the owner: the fresh home's operator
         body = client.get("/nbcast/api/v1/health").json()
     assert body["ok"] is False  # nothing runs: no embedded services in this server
-    assert body["alive"] == {"scheduler": 0, "worker": 0, "delivery-worker": 0}
+    assert body["alive"] == {"scheduler": 0, "worker": 0, "delivery-worker": 0, "oversight": 0}
 
 
 def test_a_user_without_a_tenant_is_refused(tmp_path: Path) -> None:

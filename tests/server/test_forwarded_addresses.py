@@ -28,8 +28,8 @@ from nbcast.definitions.versions import publish
 from nbcast.delivery.link_opens import opens_of_run
 from nbcast.delivery.links import create_link
 from nbcast.delivery.signing import load_signer
-from nbcast.governance.models import Tenant
 from nbcast.scheduler.control import run_now
+from nbcast.tenancy.models import Tenant
 from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.deliveries import ALICE, database

@@ -19,7 +19,6 @@ from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.definitions.versions import publish
 from nbcast.executor.queue import RunQueue
-from nbcast.governance.metrics_queries import QUEUE_STATES, TenantQueue
 from nbcast.scheduler.control import run_now
 from nbcast.server_extension.metrics import (
     MAX_LABEL_VALUES,
@@ -28,6 +27,7 @@ from nbcast.server_extension.metrics import (
     _bounded,
     tenant_queue_family,
 )
+from nbcast.views.metrics import QUEUE_STATES, TenantQueue
 from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.deliveries import database

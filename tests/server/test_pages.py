@@ -70,10 +70,10 @@ def seed(server: LiveServer) -> Seeded:
     tenants, and "test" (:func:`is_paused`) a viewer in both."""
     from nbcast.clock import clock_from_env
     from nbcast.definitions.versions import publish
-    from nbcast.governance.tenants import set_quota
     from nbcast.scheduler.control import run_now
     from nbcast.scheduler.materializer import Materializer
     from nbcast.scheduler.service import scheduler_lock
+    from nbcast.tenancy.tenants import set_quota
 
     env = dict(server.env)
     folder = server.folder / "notebooks"
@@ -142,7 +142,7 @@ def seeded(server: LiveServer) -> Seeded:
 
 def is_paused(server: LiveServer, name: str, tenant: str = "acme") -> bool:
     """Whether ``name`` is paused, read through the command layer."""
-    from nbcast.definitions.queries import get_definition
+    from nbcast.views.definitions import get_definition
 
     db = open_database(server)
     try:
@@ -463,8 +463,8 @@ def test_an_unreadable_notebook_does_not_break_the_run_page(
     server: LiveServer, seeded: Seeded
 ) -> None:
     from nbcast.artifacts import LocalArtifactStore, open_store
-    from nbcast.executor.artifacts_of_run import MAX_VIEW_BYTES
-    from nbcast.executor.queries import get_run
+    from nbcast.views.run_files import MAX_VIEW_BYTES
+    from nbcast.views.runs import get_run
 
     db = open_database(server)
     try:
@@ -533,7 +533,7 @@ def test_the_overview_warns_while_a_worker_runs_reports_unsandboxed(
     for as long as it beats; one that sandboxes, or one long gone, does not."""
     from datetime import UTC, datetime, timedelta
 
-    from nbcast.governance.models import ServiceHeartbeat
+    from nbcast.heartbeats import ServiceHeartbeat
 
     now = datetime.now(UTC)
     db = open_database(server)

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.definitions.versions import publish
-from nbcast.governance.models import User
-from nbcast.governance.sla import check_slas
-from nbcast.governance.tenants import ensure_tenant
+from nbcast.oversight.sla import check_slas
 from nbcast.scheduler.materializer import Materializer
+from nbcast.tenancy.models import User
+from nbcast.tenancy.tenants import ensure_tenant
 from tests.members import grant
 from tests.notebooks import make_notebook
 from tests.server.deliveries import database

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
 from nbcast.errors import ConfigError, NbcastError
-from nbcast.registry import Registry
+from nbcast.plugins import channels
 
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
@@ -29,18 +29,6 @@ __all__ = [
     "channel_class",
     "channels",
 ]
-
-channels: Registry[Channel] = Registry(
-    "channel",
-    "nbcast.channels",
-    {
-        "email": "nbcast.delivery.channels.email:EmailChannel",
-        "slack": "nbcast.delivery.channels.slack:SlackChannel",
-        "link": "nbcast.delivery.channels.link:LinkChannel",
-        "webhook": "nbcast.delivery.channels.webhook:WebhookChannel",
-    },
-)
-"""The process-wide channel registry: ``channels.create("email", host=…)``."""
 
 
 def channel_class(name: str) -> type[Channel]:

@@ -48,7 +48,8 @@ is configured, validated and compared like a built-in one:
 - :meth:`Channel.from_environment` makes the channel from the environment (None when
   it is not configured); ``nbcast delivery-worker`` builds every registered channel
   this way (:func:`nbcast.delivery.channels.build_channels`).
-- :meth:`Channel.check_recipient` says why a subscription's ``to`` cannot be a
+- :meth:`Channel.check_recipient` (from :class:`~nbcast.plugins.RecipientRules`, the
+  part of a channel the definitions plane calls) says why a subscription's ``to`` cannot be a
   recipient, on its syntax alone, when a definition is published.
 - :meth:`Channel.check_recipient_here` adds what depends on where nbcast runs (the
   webhook policy).
@@ -65,6 +66,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nbcast.delivery.report import ReportInfo
+from nbcast.plugins import RecipientRules
 
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
@@ -117,7 +119,7 @@ class Receipt:
     detail: dict[str, Any]
 
 
-class Channel(ABC):
+class Channel(RecipientRules, ABC):
     """Sends messages to recipients of one kind (module docstring)."""
 
     name: ClassVar[str]
@@ -153,25 +155,6 @@ class Channel(ABC):
         channel is never configured: one that needs nothing returns ``cls()``."""
         return None
 
-    @classmethod
-    def check_recipient(cls, to: str) -> str | None:
-        """Why ``to`` cannot be a recipient of this channel, judged on its syntax
-        alone (one line, naming it), or None. Called at publish; ``to`` is already a
-        non-empty string of at most 512 characters without surrounding blanks."""
-        return None
-
-    @classmethod
-    def check_recipient_here(cls, to: str, environ: Mapping[str, str]) -> str | None:
-        """Why ``to`` cannot be reached from where nbcast runs (its configuration in
-        ``environ``), or None. Called at publish after :meth:`check_recipient`."""
-        return None
-
-    @classmethod
-    def normalize_recipient(cls, to: str) -> str:
-        """The form in which ``to`` is compared with another recipient of this channel
-        (module docstring); by default ``to`` itself."""
-        return to
-
     @abstractmethod
     def send(self, message: Message) -> Receipt:
         """Send ``message``; raise a :class:`~nbcast.errors.ChannelError` subclass if
@@ -184,7 +167,7 @@ class Channel(ABC):
         looks again later rather than risk a second copy)."""
         return None
 
-    def close(self) -> None:  # noqa: B027 - optional hook, most channels hold nothing
+    def close(self) -> None:
         """Release connections."""
 
     def __enter__(self) -> Channel:

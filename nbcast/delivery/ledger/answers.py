@@ -230,12 +230,12 @@ def write_answers(
     kept: set[int] = set()
     with conn.begin():
         if dialect == "postgresql":
-            from nbcast import governance
+            from nbcast import tenancy
 
             arrays = _record_arrays(answers, owner, now)
-            if governance.ACCOUNTING:
+            if tenancy.ACCOUNTING:
                 arrays.update(_audit_arrays(answers))
-            statement = _RECORD_AUDITED if governance.ACCOUNTING else _RECORD
+            statement = _RECORD_AUDITED if tenancy.ACCOUNTING else _RECORD
             return set(conn.execute(statement, arrays).scalars())
         for answer in answers:
             row = answer.row
@@ -273,10 +273,10 @@ _AUDITED = {
 def _audit(conn: sa.Connection, answers: list[Answer], kept: set[int], now: datetime) -> None:
     """The audit entries of the answers written that end a delivery (SENT, FAILED,
     SUPPRESSED): who received which run on which channel, or why not."""
-    from nbcast import governance
-    from nbcast.governance import audit
+    from nbcast import tenancy
+    from nbcast.tenancy import audit
 
-    if not governance.ACCOUNTING:
+    if not tenancy.ACCOUNTING:
         return
     noted = []
     for answer in answers:
@@ -311,7 +311,7 @@ def _audit_details(answer: Answer) -> dict[str, Any]:
 
 def _audit_arrays(answers: list[Answer]) -> dict[str, Any]:
     """The audit action and details text of each answer (None: not audited)."""
-    from nbcast.governance import audit
+    from nbcast.tenancy import audit
 
     actions: list[str | None] = []
     details: list[str | None] = []

@@ -63,7 +63,7 @@ from nbcast.delivery.models import (
 from nbcast.delivery.rendering import report_infos
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import ALL_REPORTS, normalized
-from nbcast.executor.models import DELIBERATE_KINDS, Run
+from nbcast.scheduler.models import DELIBERATE_KINDS, Run
 
 __all__ = [
     "DIGEST_CACHE_SIZE",

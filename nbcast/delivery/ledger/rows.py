@@ -41,7 +41,7 @@ from nbcast.delivery.models import (
     Rendition,
     RenditionState,
 )
-from nbcast.executor.models import Run
+from nbcast.scheduler.models import Run
 
 __all__ = [
     "REAPER_ATTEMPT_LIMIT",

@@ -4,18 +4,6 @@ through the entry point group ``nbcast.renderers`` (see :mod:`nbcast.registry`).
 from __future__ import annotations
 
 from nbcast.delivery.renderers.base import Renderer
-from nbcast.registry import Registry
+from nbcast.plugins import renderers
 
 __all__ = ["Renderer", "renderers"]
-
-renderers: Registry[Renderer] = Registry(
-    "renderer",
-    "nbcast.renderers",
-    {
-        "html": "nbcast.delivery.renderers.html:HtmlRenderer",
-        "pdf": "nbcast.delivery.renderers.pdf:PdfRenderer",
-        "xlsx": "nbcast.delivery.renderers.xlsx:XlsxRenderer",
-        "csv": "nbcast.delivery.renderers.csv:CsvRenderer",
-    },
-)
-"""The process-wide renderer registry: ``renderers.create("pdf")``."""

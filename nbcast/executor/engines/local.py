@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome, execute_attempt
 from nbcast.executor.engines.base import Engine, Resources
-from nbcast.executor.models import RunState
+from nbcast.scheduler.models import RunState
 
 if TYPE_CHECKING:
     from nbcast.db import Database

@@ -73,8 +73,8 @@ from typing import TYPE_CHECKING, Any
 
 from nbcast.executor.attempt import AttemptJob, AttemptOutcome
 from nbcast.executor.engines.base import Engine, Resources
-from nbcast.executor.models import RunState
 from nbcast.sandbox.policy import Network
+from nbcast.scheduler.models import RunState
 
 if TYPE_CHECKING:
     from nbcast.db import Database
@@ -181,7 +181,7 @@ class RayEngine(Engine):
         """Join the cluster at ``address`` (else start a local Ray declaring every
         tenant's resource at its concurrency quota, in ``NBCAST_RAY_TEMP_DIR`` if set);
         without ``warm_kernels``, Ray workers start a fresh kernel per run."""
-        from nbcast.governance.tenants import all_tenants
+        from nbcast.tenancy.tenants import all_tenants
 
         with db.session() as session:
             tenants = {t.name: t.max_concurrent_runs for t in all_tenants(session)}

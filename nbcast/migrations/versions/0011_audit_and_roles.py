@@ -4,7 +4,7 @@
   before roles makes each tenant's earliest user its admin, and the default tenant's
   earliest user its first operator), and records who added the member.
 - ``operators``: who operates the installation.
-- ``audit_log`` and ``audit_heads`` (:mod:`nbcast.governance.audit`); on PostgreSQL a
+- ``audit_log`` and ``audit_heads`` (:mod:`nbcast.tenancy.audit`); on PostgreSQL a
   trigger refuses ``UPDATE``, ``DELETE`` and ``TRUNCATE`` of ``audit_log``, and
   ``nbcast_audit_append`` appends one entry inside a statement (the signed-link
   endpoint's one round trip), hashing it exactly as the Python side does for the
@@ -56,7 +56,7 @@ BEGIN
         ON CONFLICT DO NOTHING;
     SELECT seq, hash INTO head FROM audit_heads WHERE tenant_id = p_tenant FOR UPDATE;
     next_seq := head.seq + 1;
-    -- nbcast.governance.audit.canonical, for ASCII text: a JSON array, no spaces.
+    -- nbcast.tenancy.audit.canonical, for ASCII text: a JSON array, no spaces.
     encoded := '[' || p_tenant::text || ',' || next_seq::text || ','
         || to_json(to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text
         || ',' || to_json(p_actor)::text || ',' || to_json(p_action)::text || ','

@@ -2,11 +2,11 @@
 
 - ``tenants.quota_ceilings`` (JSON: quota field -> the most a tenant admin may set,
   ``null`` for a budget an admin may remove): set by operators
-  (:mod:`nbcast.governance.ceilings`). A tenant that exists when this runs gets its
+  (:mod:`nbcast.tenancy.ceilings`). A tenant that exists when this runs gets its
   current quotas as its ceilings, so nothing an admin set before can be raised now
   without an operator.
 - ``audit_checkpoints``: each a tenant's audit head (``seq``, ``hash``) at a moment,
-  signed with a key the database does not hold (:mod:`nbcast.governance.checkpoints`);
+  signed with a key the database does not hold (:mod:`nbcast.tenancy.checkpoints`);
   one per tenant and ``seq`` (replicas that checkpoint the same head record it once).
   Append-only like ``audit_log``: on PostgreSQL a trigger refuses ``UPDATE``,
   ``DELETE`` and ``TRUNCATE``.

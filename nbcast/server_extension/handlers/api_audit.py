@@ -1,7 +1,7 @@
 """``/nbcast/api/v1/audit``: the tenant's audit trail (its admins; operators).
 
-A thin face over :func:`~nbcast.governance.audit.trail` (newest entry first, keyset
-pages) and :func:`~nbcast.governance.audit.verify_log`: the command layer checks the
+A thin face over :func:`~nbcast.tenancy.audit.trail` (newest entry first, keyset
+pages) and :func:`~nbcast.tenancy.audit.verify_log`: the command layer checks the
 role, so anyone else gets 403.
 """
 
@@ -13,13 +13,13 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.access import Caller
 from nbcast.errors import ConfigError
-from nbcast.governance.audit import Action
-from nbcast.governance.audit_trail import trail, verify_log
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import LIMIT, MAX_LIST
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.tenancy.audit import Action
+from nbcast.tenancy.audit_trail import trail, verify_log
 
 __all__ = ["AuditHandler", "AuditVerifyHandler"]
 
@@ -104,7 +104,7 @@ AUDIT_CHECK = schema(
     ),
 )
 class AuditHandler(ApiHandler):
-    """The trail (:func:`~nbcast.governance.audit.trail`)."""
+    """The trail (:func:`~nbcast.tenancy.audit.trail`)."""
 
     @authorized
     async def get(self) -> None:
@@ -134,7 +134,7 @@ class AuditHandler(ApiHandler):
     ),
 )
 class AuditVerifyHandler(ApiHandler):
-    """The check (:func:`~nbcast.governance.audit.verify_log`)."""
+    """The check (:func:`~nbcast.tenancy.audit.verify_log`)."""
 
     @authorized
     async def get(self) -> None:

@@ -39,14 +39,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
-from nbcast.definitions.queries import (
-    DefinitionRecord,
-    VersionInfo,
-    get_definition,
-    get_version,
-    list_definitions,
-    list_versions,
-)
+from nbcast.definitions.queries import VersionInfo, get_version, list_versions
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import (
@@ -55,7 +48,6 @@ from nbcast.errors import (
     NbcastError,
     UnknownDefinitionError,
 )
-from nbcast.governance.tenants import get_tenant
 from nbcast.limits import clip, storable_text
 from nbcast.scheduler.upcoming import upcoming
 from nbcast.server_extension.contents_paths import (
@@ -68,6 +60,8 @@ from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.tenancy.tenants import get_tenant
+from nbcast.views.definitions import DefinitionRecord, get_definition, list_definitions
 
 __all__ = [
     "DEFINITION_NAME",

@@ -51,10 +51,9 @@ from jupyter_server.auth.decorator import authorized
 from tornado.web import stream_request_body
 
 from nbcast.access import Caller
-from nbcast.definitions.queries import get_definition, get_version
+from nbcast.definitions.queries import get_version
 from nbcast.definitions.zones import canonical_zones
 from nbcast.errors import NbcastError, UnknownDefinitionError
-from nbcast.governance.roles import Role, require
 from nbcast.server_extension.check_limits import (
     DRAIN_BYTES_PER_SECOND,
     DRAIN_STEP_BYTES,
@@ -80,6 +79,8 @@ from nbcast.server_extension.handlers.api_definitions import (
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import schema
 from nbcast.server_extension.routes import API, Operation, route
+from nbcast.tenancy.roles import Role, require
+from nbcast.views.definitions import get_definition
 
 __all__ = ["CHECK_FIRES", "LIMITS_KEY", "NotebookCheckHandler", "TooManyChecks"]
 

@@ -22,13 +22,13 @@ from jupyter_server.auth.decorator import authorized
 from nbcast.definitions.recipients import disclosure
 from nbcast.delivery.models import RenditionState
 from nbcast.errors import ConfigError
-from nbcast.executor.control import MAX_RUN_ID
-from nbcast.executor.records import RunDetail
+from nbcast.scheduler.runs import MAX_RUN_ID
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import NOTEBOOK_MEDIA, RUN_ID, RunBase
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.handlers.links import shown_policy
 from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.views.runs import RunDetail
 
 __all__ = ["RunNotebookHandler", "RunRenditionHandler", "send_attachment"]
 

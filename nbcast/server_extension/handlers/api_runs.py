@@ -1,7 +1,7 @@
 """``/nbcast/api/v1/runs``: runs listed and shown, cancelled and rerun, and their files.
 
 Thin faces over the execution plane's command layer — :func:`~nbcast.executor.queries.list_runs`
-and :func:`~nbcast.executor.queries.get_run` (the records ``nbcast runs list|show --json``
+and :func:`~nbcast.views.runs.get_run` (the records ``nbcast runs list|show --json``
 print), :func:`~nbcast.executor.control.cancel_run` and
 :func:`~nbcast.scheduler.control.rerun_run` — each scoped to the caller's tenant, so
 another tenant's run is "not found" (404) on every route here.
@@ -24,16 +24,18 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller, Page, encode_cursor
 from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
 from nbcast.errors import ConfigError, NotFoundError
-from nbcast.executor.control import MAX_RUN_ID, cancel_run, own_run, run_not_found
-from nbcast.executor.models import RunKind, RunState
-from nbcast.executor.queries import get_run, list_runs
-from nbcast.executor.records import RunDetail, RunRecord
-from nbcast.governance.tenants import get_tenant
+from nbcast.executor.control import cancel_run
+from nbcast.executor.queries import list_runs
+from nbcast.executor.records import RunRecord
 from nbcast.scheduler.control import rerun_run
+from nbcast.scheduler.models import RunKind, RunState
+from nbcast.scheduler.runs import MAX_RUN_ID, own_run, run_not_found
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.tenancy.tenants import get_tenant
+from nbcast.views.runs import RunDetail, get_run
 
 __all__ = [
     "LINK_OPENS_SHOWN",
@@ -409,7 +411,7 @@ def _field_of(message: str) -> str | None:
     ),
 )
 class RunHandler(RunBase):
-    """One run (:func:`~nbcast.executor.queries.get_run`)."""
+    """One run (:func:`~nbcast.views.runs.get_run`)."""
 
     @authorized
     async def get(self, run_id: str) -> None:

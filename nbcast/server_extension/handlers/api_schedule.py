@@ -27,7 +27,7 @@ unknown zone, more slots than ``limit``) is a 400 naming it.
 
 It reads no tenant's data, but it is the installation's computing time: it is for
 operators and people with a role in an existing tenant
-(:func:`~nbcast.governance.roles.require_role_or_operator`), checked before any input
+(:func:`~nbcast.tenancy.roles.require_role_or_operator`), checked before any input
 is parsed; an authenticated user without one gets 403.
 """
 

@@ -1,6 +1,6 @@
 """``/nbcast/api/v1/sla``: the tenant's SLA misses, newest slot first.
 
-A thin face over :func:`~nbcast.governance.sla_queries.list_misses` (the rows ``nbcast
+A thin face over :func:`~nbcast.oversight.sla_queries.list_misses` (the rows ``nbcast
 sla list --json`` prints), scoped to the caller's tenant: any member may read them, and
 another tenant's definition is "not found" (404).
 """
@@ -13,8 +13,8 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.access import Caller, Page
 from nbcast.errors import ConfigError, NotFoundError
-from nbcast.governance.sla import AlertState
-from nbcast.governance.sla_queries import SlaMissRecord, list_misses
+from nbcast.oversight.sla import AlertState
+from nbcast.oversight.sla_queries import SlaMissRecord, list_misses
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import LIMIT, MAX_LIST, known_tenant
 from nbcast.server_extension.handlers.base import ApiHandler
@@ -95,7 +95,7 @@ SLA_MISS_PAGE = schema(
     ),
 )
 class SlaHandler(ApiHandler):
-    """The misses (:func:`~nbcast.governance.sla_queries.list_misses`)."""
+    """The misses (:func:`~nbcast.oversight.sla_queries.list_misses`)."""
 
     @authorized
     async def get(self) -> None:

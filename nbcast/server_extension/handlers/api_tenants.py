@@ -1,11 +1,11 @@
 """``/nbcast/api/v1/tenants``: tenants and their quotas.
 
-Each handler calls the command layer (:mod:`nbcast.governance.tenants`), which
+Each handler calls the command layer (:mod:`nbcast.tenancy.tenants`), which
 checks who asks: every tenant is listed for operators only; one tenant is shown to
 an operator or a member of it (anyone else: 404); quotas are changed by an admin of
 that tenant or an operator — with the validation ``nbcast tenants set-quota`` gets:
 known fields only, each above 0 and within
-:data:`~nbcast.governance.tenants.QUOTA_BOUNDS`, finite, whole where it must be.
+:data:`~nbcast.tenancy.tenants.QUOTA_BOUNDS`, finite, whole where it must be.
 Operators are named by the operators table (``nbcast users grant NAME operator``;
 the server's owner on a fresh home, and ``NbcastApp.admin_users``, which the server
 grants when it starts).
@@ -19,7 +19,11 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.config import TENANT_NAME
 from nbcast.errors import ConfigError
-from nbcast.governance.tenants import (
+from nbcast.server_extension.errors import ApiError
+from nbcast.server_extension.handlers.base import ApiHandler
+from nbcast.server_extension.openapi import INSTANT, schema
+from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.tenancy.tenants import (
     NULLABLE_QUOTAS,
     QUOTA_BOUNDS,
     QUOTA_FIELDS,
@@ -30,10 +34,6 @@ from nbcast.governance.tenants import (
     set_ceilings,
     tenant_record,
 )
-from nbcast.server_extension.errors import ApiError
-from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, schema
-from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = [
     "TenantCeilingsHandler",
@@ -170,7 +170,7 @@ class _TenantBase(ApiHandler):
     ),
 )
 class TenantsHandler(_TenantBase):
-    """The tenants (:func:`~nbcast.governance.tenants.list_tenants`)."""
+    """The tenants (:func:`~nbcast.tenancy.tenants.list_tenants`)."""
 
     @authorized
     async def get(self) -> None:
@@ -226,7 +226,7 @@ class TenantHandler(_TenantBase):
     ),
 )
 class TenantQuotaHandler(_TenantBase):
-    """The quota change (:func:`~nbcast.governance.tenants.set_quota`)."""
+    """The quota change (:func:`~nbcast.tenancy.tenants.set_quota`)."""
 
     @authorized
     async def patch(self, tenant: str) -> None:
@@ -254,7 +254,7 @@ class TenantQuotaHandler(_TenantBase):
     ),
 )
 class TenantCeilingsHandler(_TenantBase):
-    """The ceilings change (:func:`~nbcast.governance.tenants.set_ceilings`)."""
+    """The ceilings change (:func:`~nbcast.tenancy.tenants.set_ceilings`)."""
 
     @authorized
     async def put(self, tenant: str) -> None:

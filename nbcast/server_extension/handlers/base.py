@@ -69,7 +69,7 @@ class NbcastMixin:
     async def installation_caller(self, doing: str) -> Caller:
         """The caller, if they may see what belongs to the installation rather than a
         tenant (an operator, or a role in an existing tenant:
-        :func:`~nbcast.governance.roles.require_role_or_operator`, in a transaction of
+        :func:`~nbcast.tenancy.roles.require_role_or_operator`, in a transaction of
         its own); AccessDeniedError (403) otherwise. For handlers that read no table
         of their own; one that does makes the check in its own transaction."""
         caller = self.caller
@@ -77,7 +77,7 @@ class NbcastMixin:
         return caller
 
     def _require_role_or_operator(self, caller: Caller, doing: str) -> None:
-        from nbcast.governance.roles import require_role_or_operator
+        from nbcast.tenancy.roles import require_role_or_operator
 
         with self.state.db.session() as session:
             require_role_or_operator(session, caller, doing, self.state.clock.now())

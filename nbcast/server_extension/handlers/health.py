@@ -1,7 +1,7 @@
 """``/nbcast/api/v1/health``: the services' heartbeats and the scheduler's lag.
 
 The services belong to the installation, not to a tenant, so who may read them is
-:func:`~nbcast.governance.roles.require_role_or_operator`'s decision: an operator, or
+:func:`~nbcast.tenancy.roles.require_role_or_operator`'s decision: an operator, or
 a person with a role in an existing tenant; an authenticated user without one (no
 role, or mapped to a tenant nobody created) gets 403 and learns nothing about the
 installation (its hosts, process ids, versions)."""
@@ -11,10 +11,10 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 
 from nbcast.access import Caller
-from nbcast.governance.health import health
-from nbcast.governance.roles import require_role_or_operator
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.routes import API, Operation, ref, route
+from nbcast.tenancy.roles import require_role_or_operator
+from nbcast.views.health import health
 
 __all__ = ["HealthHandler"]
 
@@ -31,7 +31,7 @@ __all__ = ["HealthHandler"]
     ),
 )
 class HealthHandler(ApiHandler):
-    """The service health (:mod:`nbcast.governance.health`)."""
+    """The service health (:mod:`nbcast.views.health`)."""
 
     @authorized
     async def get(self) -> None:

@@ -8,7 +8,7 @@ so open it only where the network is the protection (a scrape port behind the
 proxy). Behind authentication the numbers are the installation's, so they are for
 the server's own token (the owner's credential, which a Prometheus scrape job
 normally carries), operators and people with a role in an existing tenant
-(:func:`~nbcast.governance.roles.require_role_or_operator`); an authenticated user
+(:func:`~nbcast.tenancy.roles.require_role_or_operator`); an authenticated user
 without one gets 403. The per-tenant queue depth, which names tenants, is served to
 operators (the server's own token, and anyone granted the operator role,
 ``NbcastApp.admin_users`` included) and on an open endpoint; a tenant's user who
@@ -56,7 +56,7 @@ class MetricsHandler(ApiHandler):
     def _operates(self, caller: Caller) -> bool:
         """Whether ``caller`` operates the installation; AccessDeniedError when they
         neither operate it nor hold a role in an existing tenant."""
-        from nbcast.governance.roles import is_operator, require_role_or_operator
+        from nbcast.tenancy.roles import is_operator, require_role_or_operator
 
         with self.state.db.session() as session:
             require_role_or_operator(session, caller, "reading the metrics", self.state.clock.now())

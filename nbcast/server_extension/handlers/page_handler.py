@@ -10,7 +10,7 @@ and one line of text, never a traceback. Routes are registered with
 
 Every page shows the installation's frame (the services, the queue) around a
 tenant's objects, so every page's read starts with
-:func:`~nbcast.governance.roles.require_role_or_operator` (:data:`READING`) in its own
+:func:`~nbcast.tenancy.roles.require_role_or_operator` (:data:`READING`) in its own
 transaction: an operator, or a person with a role in an existing tenant; anyone else
 (no role, or mapped to a tenant nobody created) gets a 403 page and nothing is
 created or claimed for a tenant that does not exist.
@@ -32,7 +32,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from nbcast.delivery.models import DeliveryState
 from nbcast.errors import NbcastError, NotFoundError
-from nbcast.executor.models import ACTIVE_STATES
+from nbcast.scheduler.models import ACTIVE_STATES
 from nbcast.server_extension.errors import ApiError, status_of
 from nbcast.server_extension.handlers.base import NbcastMixin
 from nbcast.server_extension.routes import API, Operation, route

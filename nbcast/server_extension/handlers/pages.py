@@ -105,14 +105,14 @@ def next_fires(block: dict[str, Any], now: datetime, count: int) -> Fires:
 
 @page_route("/nbcast/", "The overview of the caller's tenant")
 class OverviewPage(PageHandler):
-    """``/nbcast/``: the overview (:func:`nbcast.governance.overview.overview`)."""
+    """``/nbcast/``: the overview (:func:`nbcast.views.overview.overview`)."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         """The overview page."""
-        from nbcast.governance.overview import WINDOW, overview, tenant_known
-        from nbcast.governance.sla_queries import miss_counts
+        from nbcast.oversight.sla_queries import miss_counts
+        from nbcast.views.overview import WINDOW, overview, tenant_known
 
         caller = self.caller
 
@@ -175,9 +175,9 @@ class DefinitionsPage(PageHandler):
     async def get(self) -> None:
         """The definitions page (``?after=`` pages on)."""
         from nbcast.access import Page
-        from nbcast.definitions.queries import list_definitions
-        from nbcast.governance.overview import tenant_known
-        from nbcast.governance.roles import require_role_or_operator
+        from nbcast.tenancy.roles import require_role_or_operator
+        from nbcast.views.definitions import list_definitions
+        from nbcast.views.overview import tenant_known
 
         caller = self.caller
         after = self.get_query_argument("after", None)
@@ -226,14 +226,15 @@ class DefinitionPage(PageHandler):
         )
 
     def _read(self, caller: Any, name: str, after: str | None) -> dict[str, Any]:
-        from nbcast.definitions.queries import get_definition, list_versions
+        from nbcast.definitions.queries import list_versions
         from nbcast.errors import UnknownDefinitionError
         from nbcast.executor.queries import list_runs
-        from nbcast.governance.overview import tenant_known
-        from nbcast.governance.roles import require_role_or_operator
-        from nbcast.governance.sla_queries import list_misses
-        from nbcast.governance.sla_verdict import span
+        from nbcast.oversight.sla_queries import list_misses
+        from nbcast.oversight.sla_verdict import span
         from nbcast.scheduler.upcoming import upcoming
+        from nbcast.tenancy.roles import require_role_or_operator
+        from nbcast.views.definitions import get_definition
+        from nbcast.views.overview import tenant_known
 
         now = self.state.clock.now()
         with self.state.db.session() as session:

@@ -20,13 +20,13 @@ PAGE_SIZE = 100
 
 @page_route("/nbcast/audit", "The caller's tenant's audit trail (its admins)")
 class AuditPage(PageHandler):
-    """The trail (:func:`nbcast.governance.audit.trail`) and its check."""
+    """The trail (:func:`nbcast.tenancy.audit.trail`) and its check."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         """One page of entries (``?after=`` pages on)."""
-        from nbcast.governance.audit_trail import trail, verify_log
+        from nbcast.tenancy.audit_trail import trail, verify_log
 
         caller = self.caller
         after = self.get_query_argument("after", None)

@@ -61,10 +61,10 @@ class RunPage(PageHandler):
         from nbcast.delivery.link_opens import opens_of_run
         from nbcast.delivery.queries import list_links
         from nbcast.errors import UnknownRunError
-        from nbcast.executor.artifacts_of_run import attempt_tracebacks
-        from nbcast.executor.queries import get_run
-        from nbcast.governance.overview import tenant_known
-        from nbcast.governance.roles import require_role_or_operator
+        from nbcast.tenancy.roles import require_role_or_operator
+        from nbcast.views.overview import tenant_known
+        from nbcast.views.run_files import attempt_tracebacks
+        from nbcast.views.runs import get_run
 
         with self.state.db.session() as session:
             require_role_or_operator(session, caller, READING, self.state.clock.now())
@@ -98,10 +98,10 @@ but its own inline styles and data: images, framed only by nbcast's own pages.""
 @page_route("/nbcast/runs/{run_id}/notebook.html", "A run's executed notebook as HTML")
 class RunNotebookView(PageHandler):
     """The run's executed notebook (the run's, or a failed run's latest attempt's:
-    :func:`~nbcast.executor.artifacts_of_run.run_notebook`) rendered by the ``html``
+    :func:`~nbcast.views.run_files.run_notebook`) rendered by the ``html``
     renderer with its code and stderr shown — script-free and sanitised — and served
     under :data:`NOTEBOOK_VIEW_CSP`. Notebooks over
-    :data:`~nbcast.executor.artifacts_of_run.MAX_VIEW_BYTES` are refused (422) with a
+    :data:`~nbcast.views.run_files.MAX_VIEW_BYTES` are refused (422) with a
     line saying so; errors are one line of plain text (the page is shown in an
     ``<iframe>`` whose policy loads no stylesheet)."""
 
@@ -126,9 +126,9 @@ class RunNotebookView(PageHandler):
         from nbcast.delivery.renderers.html import HtmlRenderer
         from nbcast.delivery.report import ReportInfo
         from nbcast.errors import RenderError, UnknownRunError
-        from nbcast.executor.artifacts_of_run import NotebookUnavailable, run_notebook
-        from nbcast.governance.overview import tenant_known
-        from nbcast.governance.roles import require_role_or_operator
+        from nbcast.tenancy.roles import require_role_or_operator
+        from nbcast.views.overview import tenant_known
+        from nbcast.views.run_files import NotebookUnavailable, run_notebook
 
         with self.state.db.session() as session:
             require_role_or_operator(session, caller, READING, self.state.clock.now())

@@ -2,7 +2,7 @@
 its children (:mod:`nbcast.server_extension.services`).
 
 Who may read it: as for ``/health``, an operator or a person with a role (any) in an
-existing tenant (:func:`~nbcast.governance.roles.require_role_or_operator`); an
+existing tenant (:func:`~nbcast.tenancy.roles.require_role_or_operator`); an
 authenticated user without one gets 403. The snapshot holds the same kind of facts as
 the heartbeat rows ``/health`` shows (service kinds, process ids, states) and nothing
 of any tenant's reports, and the overview page shows the services' state; keeping it
@@ -46,7 +46,10 @@ schema(
             "next_start_at",
         ],
         "properties": {
-            "kind": {"type": "string", "enum": ["scheduler", "worker", "delivery-worker"]},
+            "kind": {
+                "type": "string",
+                "enum": ["scheduler", "worker", "delivery-worker", "oversight"],
+            },
             "command": {"type": "string", "description": "The nbcast command the child runs"},
             "pid": {
                 "type": ["integer", "null"],

@@ -25,10 +25,10 @@ from nbcast.access import JUPYTER_PREFIX, MAX_JUPYTER_NAME, Caller, source_of
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
 from nbcast.errors import ConfigError, ConflictError, NotFoundError
-from nbcast.governance import audit
-from nbcast.governance.models import Operator, User
-from nbcast.governance.roles import Role, is_operator, require, require_operator
 from nbcast.limits import clip
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import Operator, User
+from nbcast.tenancy.roles import Role, is_operator, require, require_operator
 
 __all__ = [
     "MemberRecord",

@@ -71,9 +71,9 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Source, identity, source_of
 from nbcast.errors import AccessDeniedError
-from nbcast.governance import audit
-from nbcast.governance.models import Operator, Tenant, User
 from nbcast.limits import clip
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import Operator, Tenant, User
 
 __all__ = [
     "Membership",

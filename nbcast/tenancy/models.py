@@ -1,4 +1,6 @@
-"""Tables owned by the governance plane."""
+"""Tables of the tenancy layer, under every plane: tenants (their quotas, ceilings and
+sandbox settings), users, operators, the audit chain and its checkpoints, and the
+daily usage that budgets are held to."""
 
 from __future__ import annotations
 
@@ -9,22 +11,21 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, JSONType, utcnow
-from nbcast.executor.models import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "AuditCheckpoint",
     "AuditEntry",
     "AuditHead",
-    "CostDay",
-    "GovernanceJob",
     "Operator",
-    "ServiceHeartbeat",
-    "SlaMiss",
-    "SlaWatermark",
     "Tenant",
     "TenantUsageDay",
     "User",
 ]
+
+
+DEFAULT_MAX_ATTEMPTS = 3
+"""How many attempts a run gets unless its tenant says otherwise (``tenants.max_attempts``)."""
 
 
 class Tenant(Base):
@@ -35,7 +36,7 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # Quotas (nbcast.governance.tenants.QUOTA_BOUNDS; what each means: the README).
+    # Quotas (nbcast.tenancy.tenants.QUOTA_BOUNDS; what each means: the README).
     max_concurrent_runs: Mapped[int] = mapped_column(default=4, server_default="4")
     cpus_per_run: Mapped[float] = mapped_column(default=1.0, server_default="1")
     memory_mb_per_run: Mapped[int] = mapped_column(default=2048, server_default="2048")
@@ -54,11 +55,11 @@ class Tenant(Base):
     """The warehouse connections the tenant's runs may use (None: the embedded lake)."""
     quota_ceilings: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     """The most a tenant admin may set each quota to, set by operators
-    (:mod:`nbcast.governance.ceilings`); None: the tenant's quotas when it was made."""
-    # Budgets per UTC day (None: none) — nbcast.governance.budgets.
+    (:mod:`nbcast.tenancy.ceilings`); None: the tenant's quotas when it was made."""
+    # Budgets per UTC day (None: none) — nbcast.tenancy.budgets.
     budget_warehouse_bytes_per_day: Mapped[int | None] = mapped_column(sa.BigInteger, default=None)
     budget_cpu_s_per_day: Mapped[float | None] = mapped_column(default=None)
-    # Retention (None: keep forever) — nbcast.governance.retention.
+    # Retention (None: keep forever) — nbcast.oversight.retention.
     retain_artifacts_days: Mapped[int | None] = mapped_column(default=None)
     retain_rows_days: Mapped[int | None] = mapped_column(default=None)
 
@@ -77,7 +78,7 @@ class User(Base):
     tenant, so the two sources never share a row."""
     email: Mapped[str | None] = mapped_column(sa.String(320), default=None)
     role: Mapped[str] = mapped_column(sa.String(32), default="viewer")
-    """``admin``, ``author`` or ``viewer`` (:class:`nbcast.governance.roles.Role`)."""
+    """``admin``, ``author`` or ``viewer`` (:class:`nbcast.tenancy.roles.Role`)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     added_by: Mapped[str | None] = mapped_column(sa.String(128), default=None)
 
@@ -85,7 +86,7 @@ class User(Base):
 class Operator(Base):
     """A person who operates the whole installation: creates tenants, sets any
     tenant's quotas and acts as an admin in every tenant. The first user of a fresh
-    home is one (:mod:`nbcast.governance.roles`)."""
+    home is one (:mod:`nbcast.tenancy.roles`)."""
 
     __tablename__ = "operators"
 
@@ -100,7 +101,7 @@ _BIGINT = sa.BigInteger().with_variant(sa.Integer, "sqlite")
 
 
 class AuditEntry(Base):
-    """One entry of a tenant's hash-chained audit log (:mod:`nbcast.governance.audit`).
+    """One entry of a tenant's hash-chained audit log (:mod:`nbcast.tenancy.audit`).
     Append-only: on PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE."""
 
     __tablename__ = "audit_log"
@@ -124,7 +125,7 @@ class AuditEntry(Base):
 
 class AuditCheckpoint(Base):
     """A tenant's audit head at a moment, signed with a key the database does not hold
-    (:mod:`nbcast.governance.checkpoints`). Append-only, as ``audit_log``."""
+    (:mod:`nbcast.tenancy.checkpoints`). Append-only, as ``audit_log``."""
 
     __tablename__ = "audit_checkpoints"
     __table_args__ = (
@@ -154,35 +155,9 @@ class AuditHead(Base):
     updated_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
-class ServiceHeartbeat(Base):
-    """One service process's heartbeat (:mod:`nbcast.daemon`): who runs where, since
-    when, how it is doing. One row per (kind, name), reused when a service of the
-    same name starts again."""
-
-    __tablename__ = "service_heartbeats"
-    __table_args__ = (sa.UniqueConstraint("kind", "name", name="uq_service_heartbeats_name"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    kind: Mapped[str] = mapped_column(sa.String(32))
-    """``scheduler``, ``worker`` or ``delivery-worker``."""
-    name: Mapped[str] = mapped_column(sa.String(255))
-    host: Mapped[str] = mapped_column(sa.String(255))
-    pid: Mapped[int]
-    version: Mapped[str] = mapped_column(sa.String(32))
-    state: Mapped[str] = mapped_column(sa.String(16))
-    """``running``, ``stopping`` or ``stopped``."""
-    started_at: Mapped[datetime]
-    beat_at: Mapped[datetime]
-    stopped_at: Mapped[datetime | None] = mapped_column(default=None)
-    iterations: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    errors: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    last_error: Mapped[str | None] = mapped_column(sa.Text, default=None)
-    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
-
-
 class TenantUsageDay(Base):
     """A tenant's use of one UTC day: what its daily budgets are held to. Added to by
-    the execution plane as attempts end (:mod:`nbcast.governance.budgets`)."""
+    the execution plane as attempts end (:mod:`nbcast.tenancy.budgets`)."""
 
     __tablename__ = "tenant_usage_days"
 
@@ -191,91 +166,3 @@ class TenantUsageDay(Base):
     cpu_s: Mapped[float] = mapped_column(default=0.0, server_default="0")
     warehouse_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0, server_default="0")
     attempts: Mapped[int] = mapped_column(default=0, server_default="0")
-
-
-class CostDay(Base):
-    """The cost figures of one tenant's runs of one definition on one UTC day, kept
-    when retention deletes the runs (:mod:`nbcast.governance.cost`)."""
-
-    __tablename__ = "cost_days"
-
-    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"), primary_key=True)
-    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
-    definition_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("report_definitions.id"), primary_key=True
-    )
-    runs: Mapped[int]
-    attempts: Mapped[int]
-    cpu_s: Mapped[float]
-    wall_s: Mapped[float]
-    peak_mem_mb: Mapped[float]
-    warehouse_rows: Mapped[int] = mapped_column(sa.BigInteger)
-    warehouse_bytes: Mapped[int] = mapped_column(sa.BigInteger)
-    warehouse_s: Mapped[float]
-    render_s: Mapped[float]
-    deliveries: Mapped[int]
-
-
-class SlaMiss(Base):
-    """A slot that was not delivered within its definition's SLA: one row per slot,
-    however many scheduler replicas look (:mod:`nbcast.governance.sla`); its alert is
-    sent by a delivery worker."""
-
-    __tablename__ = "sla_misses"
-    __table_args__ = (
-        sa.UniqueConstraint("definition_id", "slot_key", name="uq_sla_misses_slot"),
-        sa.Index("ix_sla_misses_tenant_fire", "tenant_id", "fire_at"),
-        sa.Index(
-            "ix_sla_misses_alerts",
-            "alert_not_before",
-            postgresql_where=sa.text("alert_state = 'PENDING'"),
-            sqlite_where=sa.text("alert_state = 'PENDING'"),
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(_BIGINT, primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
-    definition_id: Mapped[int] = mapped_column(sa.ForeignKey("report_definitions.id"))
-    slot_key: Mapped[str] = mapped_column(sa.String(32))
-    fire_at: Mapped[datetime]
-    deadline: Mapped[datetime]
-    detected_at: Mapped[datetime]
-    state: Mapped[str] = mapped_column(sa.String(16))
-    """The slot's run state when the miss was found (or ``UNMATERIALIZED``)."""
-    reason: Mapped[str | None] = mapped_column(sa.String(255), default=None)
-    alert_state: Mapped[str] = mapped_column(sa.String(16))
-    """``PENDING``, ``SENT``, ``FAILED`` or ``NONE`` (no alert channel configured)."""
-    alert_attempts: Mapped[int] = mapped_column(default=0, server_default="0")
-    alert_not_before: Mapped[datetime]
-    alert_lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
-    alert_lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
-    alert_channel: Mapped[str | None] = mapped_column(sa.String(32), default=None)
-    alert_to: Mapped[str | None] = mapped_column(sa.String(512), default=None)
-    alerted_at: Mapped[datetime | None] = mapped_column(default=None)
-    alert_error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
-
-
-class SlaWatermark(Base):
-    """How far a definition's slots have been checked against its SLA."""
-
-    __tablename__ = "sla_watermarks"
-
-    definition_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("report_definitions.id"), primary_key=True
-    )
-    tenant_id: Mapped[int] = mapped_column(sa.ForeignKey("tenants.id"))
-    checked_until: Mapped[datetime]
-
-
-class GovernanceJob(Base):
-    """A periodic governance job (retention): when it last ran, and who runs it now
-    (a lease, so one scheduler replica runs it)."""
-
-    __tablename__ = "governance_jobs"
-
-    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    last_day: Mapped[date | None] = mapped_column(sa.Date, default=None)
-    last_run_at: Mapped[datetime | None] = mapped_column(default=None)
-    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), default=None)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
-    last_result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)

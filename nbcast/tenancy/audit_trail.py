@@ -1,8 +1,8 @@
 """The audit trail as the command layer serves it: verify a tenant's chain (its admins,
 or every tenant's for operators), export its entries, page through its trail.
 
-The log itself — entries, the chain, :func:`~nbcast.governance.audit.verify` — is
-:mod:`nbcast.governance.audit`; here are the role-checked reads over it that the CLI
+The log itself — entries, the chain, :func:`~nbcast.tenancy.audit.verify` — is
+:mod:`nbcast.tenancy.audit`; here are the role-checked reads over it that the CLI
 (``nbcast audit``), the API and the status pages call.
 """
 
@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import Clock
 from nbcast.db import Database
-from nbcast.governance.audit import AuditRecord, Break, entries, verify
-from nbcast.governance.checkpoints import AuditKey, Checkpoint, check_anchors, make_checkpoints
-from nbcast.governance.models import AuditEntry, Tenant
-from nbcast.governance.roles import Role, require, require_operator
+from nbcast.tenancy.audit import AuditRecord, Break, entries, verify
+from nbcast.tenancy.checkpoints import AuditKey, Checkpoint, check_anchors, make_checkpoints
+from nbcast.tenancy.models import AuditEntry, Tenant
+from nbcast.tenancy.roles import Role, require, require_operator
 
 __all__ = ["checkpoint_log", "export_log", "trail", "verify_log"]
 
@@ -48,7 +48,7 @@ def verify_log(
 ) -> tuple[int, int, Break | None]:
     """Verify the caller's tenant's chain (its admins), or every tenant's (operators,
     ``every_tenant``), and then each against its newest checkpoint in the database and
-    in ``exported`` (checked with ``key``: :mod:`nbcast.governance.checkpoints`): how
+    in ``exported`` (checked with ``key``: :mod:`nbcast.tenancy.checkpoints`): how
     many tenants and entries were checked, and the first break."""
     tenants = _tenants(session, caller, now, every_tenant, "verifying")
     checked, broken = verify(session, tenants)

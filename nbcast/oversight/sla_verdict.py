@@ -1,5 +1,5 @@
 """What a slot's rows and deliveries say about its SLA: kept, or missed and why
-(:mod:`nbcast.governance.sla` says what counts)."""
+(:mod:`nbcast.oversight.sla` says what counts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from nbcast.delivery.models import DeliveryState
-from nbcast.executor.models import RunState
+from nbcast.scheduler.models import RunState
 
 __all__ = ["REASON_CHARS", "Sent", "Slot", "SlotRow", "group_slots", "judge", "reason_of", "span"]
 

@@ -1,6 +1,6 @@
 """Signed checkpoints of the audit chain: an anchor the database cannot rewrite alone.
 
-The hash chain (:mod:`nbcast.governance.audit`) finds an entry that was edited,
+The hash chain (:mod:`nbcast.tenancy.audit`) finds an entry that was edited,
 deleted, inserted or moved — unless whoever changed the log also recomputed every hash
 after the change and moved the head (``audit_heads``) with it: a consistent rewrite,
 or a cut tail with the head rolled back, is a valid chain. A **checkpoint** records a
@@ -14,18 +14,19 @@ Decisions:
   ``NBCAST_AUDIT_KEY_FILE`` (a ``0600`` file, :mod:`nbcast.credentials`), else
   ``$NBCAST_HOME/audit-key.pem``, made ``0600`` on first use. It lives with the
   services, never in the database: on PostgreSQL the application's role can neither
-  read it nor, owning nothing, disable the log's append-only trigger. Several scheduler
-  replicas must be given the same key. Verifying needs only the public key
+  read it nor, owning nothing, disable the log's append-only trigger. Several
+  oversight replicas must be given the same key. Verifying needs only the public key
   (``nbcast audit public-key`` prints it; ``nbcast audit verify --public-key FILE``),
   so an auditor can verify without being able to sign.
-- **Who writes them**: the scheduler, in its governance loop, for each tenant whose
+- **Who writes them**: the oversight service (:mod:`nbcast.oversight.jobs`), for each
+  tenant whose
   head moved since its last checkpoint and whose last checkpoint is at least
   :data:`CHECKPOINT_EVERY` old (so at least hourly while the log grows, and not at all
   while it does not); and ``nbcast audit checkpoint``, at once. Before signing, the
   entries since the last checkpoint are verified: a broken chain is never signed.
 - **Exported outside the home**: each checkpoint can be appended as a JSON line to a
   file (``nbcast audit checkpoint --export FILE``, ``NBCAST_AUDIT_EXPORT`` for the
-  scheduler) — a write-once bucket, another machine's disk — where whoever edits the
+  oversight service) — a write-once bucket, another machine's disk — where whoever edits the
   database cannot reach; ``nbcast audit verify --checkpoints FILE`` checks the chain
   against the newest checkpoint of the file as well as the database's.
 - **What is signed** is the JSON array ``["nbcast-audit-checkpoint", tenant name,
@@ -52,8 +53,8 @@ from nbcast.clock import Clock, format_instant, parse_instant
 from nbcast.credentials import credential, read_secret_file
 from nbcast.db import Database, insert_ignore
 from nbcast.errors import ConfigError
-from nbcast.governance.audit import Break, verify_tenant
-from nbcast.governance.models import AuditCheckpoint, AuditEntry, AuditHead, Tenant
+from nbcast.tenancy.audit import Break, verify_tenant
+from nbcast.tenancy.models import AuditCheckpoint, AuditEntry, AuditHead, Tenant
 
 __all__ = [
     "CHECKPOINT_EVERY",

@@ -1,7 +1,8 @@
-"""The governance plane's periodic work, run by the scheduler service.
+"""The oversight layer's periodic work, run by the oversight service
+(:mod:`nbcast.oversight.service`).
 
-Two kinds, both driven by the scheduler's clock (so an accelerated clock drives them
-in tests) and both safe with several scheduler replicas:
+Two kinds, both driven by the service's clock (so an accelerated clock drives them
+in tests) and both safe with several replicas of the service:
 
 - **frequent** checks run at most every :data:`FREQUENT_EVERY` of clock time in each
   replica (the SLA monitor). Each is idempotent: what it records is unique in the
@@ -12,7 +13,7 @@ in tests) and both safe with several scheduler replicas:
   that died mid-job leaves a lease that expires after :data:`DAILY_LEASE`.
 
 A job that fails is logged and retried at the next step (daily ones keep their day
-unrecorded); it never stops the scheduler's own work, which runs first.
+unrecorded); it never stops the other jobs, nor the service's alerts.
 """
 
 from __future__ import annotations
@@ -29,22 +30,22 @@ import sqlalchemy as sa
 
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
-from nbcast.governance.models import GovernanceJob
+from nbcast.oversight.models import OversightJob
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from nbcast.governance.checkpoints import AuditKey
+    from nbcast.tenancy.checkpoints import AuditKey
 
 __all__ = [
     "DAILY_LEASE",
     "FREQUENT_EVERY",
-    "GovernanceRunner",
+    "JobRunner",
     "daily_jobs",
     "frequent_checks",
 ]
 
-log = logging.getLogger("nbcast.governance")
+log = logging.getLogger("nbcast.tenancy")
 
 FREQUENT_EVERY = timedelta(seconds=30)
 """Clock time between two runs of the frequent checks in one replica."""
@@ -61,9 +62,9 @@ def frequent_checks(
 ) -> dict[str, Job]:
     """The frequent checks, by name: the SLA monitor, and with an ``audit_key`` the
     audit checkpoints (each tenant at most every
-    :data:`~nbcast.governance.checkpoints.CHECKPOINT_EVERY`, appended to
+    :data:`~nbcast.tenancy.checkpoints.CHECKPOINT_EVERY`, appended to
     ``checkpoint_export`` too when given)."""
-    from nbcast.governance.sla import check_slas
+    from nbcast.oversight.sla import check_slas
 
     checks: dict[str, Job] = {"sla": check_slas}
     if audit_key is not None:
@@ -76,9 +77,9 @@ def frequent_checks(
 def checkpoint_job(
     db: Database, clock: Clock, *, key: AuditKey, export: Path | None
 ) -> dict[str, Any]:
-    """Sign the tenants' audit heads that moved (:mod:`nbcast.governance.checkpoints`);
+    """Sign the tenants' audit heads that moved (:mod:`nbcast.tenancy.checkpoints`);
     a chain that does not hold is not signed, and said so in the log."""
-    from nbcast.governance.checkpoints import CHECKPOINT_EVERY, append_export, make_checkpoints
+    from nbcast.tenancy.checkpoints import CHECKPOINT_EVERY, append_export, make_checkpoints
 
     made, refused = make_checkpoints(db, clock, key, made_by="scheduler", every=CHECKPOINT_EVERY)
     if export is not None and made:
@@ -90,14 +91,14 @@ def checkpoint_job(
 
 def daily_jobs() -> dict[str, Job]:
     """The daily jobs, by name."""
-    from nbcast.governance.retention import retention_job
+    from nbcast.oversight.retention import retention_job
 
     return {"retention": retention_job}
 
 
 @dataclass
-class GovernanceRunner:
-    """Runs the governance jobs from a scheduler replica's loop (module docstring)."""
+class JobRunner:
+    """Runs the periodic jobs from an oversight replica's loop (module docstring)."""
 
     db: Database
     clock: Clock
@@ -147,16 +148,16 @@ class GovernanceRunner:
         """Take the daily job ``name`` if today's run is still to do and nobody holds it."""
         today = now.astimezone(UTC).date()
         with self.db.session() as session:
-            session.execute(insert_ignore(GovernanceJob, [{"name": name}], self.db.dialect))
+            session.execute(insert_ignore(OversightJob, [{"name": name}], self.db.dialect))
             result = session.execute(
-                sa.update(GovernanceJob)
+                sa.update(OversightJob)
                 .where(
-                    GovernanceJob.name == name,
-                    sa.or_(GovernanceJob.last_day.is_(None), GovernanceJob.last_day < today),
+                    OversightJob.name == name,
+                    sa.or_(OversightJob.last_day.is_(None), OversightJob.last_day < today),
                     sa.or_(
-                        GovernanceJob.lease_expires_at.is_(None),
-                        GovernanceJob.lease_expires_at < now,
-                        GovernanceJob.lease_owner == self.owner,
+                        OversightJob.lease_expires_at.is_(None),
+                        OversightJob.lease_expires_at < now,
+                        OversightJob.lease_owner == self.owner,
                     ),
                 )
                 .values(lease_owner=self.owner, lease_expires_at=now + DAILY_LEASE)
@@ -167,15 +168,15 @@ class GovernanceRunner:
         with self.db.session() as session:
             return bool(
                 session.scalar(
-                    sa.select(GovernanceJob.last_day == today).where(GovernanceJob.name == name)
+                    sa.select(OversightJob.last_day == today).where(OversightJob.name == name)
                 )
             )
 
     def _finish(self, name: str, now: datetime, summary: dict[str, Any]) -> None:
         with self.db.session() as session:
             session.execute(
-                sa.update(GovernanceJob)
-                .where(GovernanceJob.name == name, GovernanceJob.lease_owner == self.owner)
+                sa.update(OversightJob)
+                .where(OversightJob.name == name, OversightJob.lease_owner == self.owner)
                 .values(
                     last_day=now.astimezone(UTC).date(),
                     last_run_at=now,
@@ -188,7 +189,7 @@ class GovernanceRunner:
     def _release(self, name: str) -> None:
         with self.db.session() as session:
             session.execute(
-                sa.update(GovernanceJob)
-                .where(GovernanceJob.name == name, GovernanceJob.lease_owner == self.owner)
+                sa.update(OversightJob)
+                .where(OversightJob.name == name, OversightJob.lease_owner == self.owner)
                 .values(lease_owner=None, lease_expires_at=None)
             )

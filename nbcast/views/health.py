@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import format_instant
 from nbcast.daemon import ServiceState
-from nbcast.governance.models import ServiceHeartbeat
+from nbcast.heartbeats import ServiceHeartbeat
 
 __all__ = ["STALE_AFTER", "Health", "ServiceRecord", "health", "stale_after"]
 
@@ -109,9 +109,9 @@ class Health:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form: ``ok`` when a scheduler, a worker and a delivery worker are
-        alive and the scheduler keeps up (lag under a minute)."""
-        kinds = ("scheduler", "worker", "delivery-worker")
+        """The JSON form: ``ok`` when a scheduler, a worker, a delivery worker and an
+        oversight service are alive and the scheduler keeps up (lag under a minute)."""
+        kinds = ("scheduler", "worker", "delivery-worker", "oversight")
         return {
             "ok": all(self.alive(k) for k in kinds) and self.scheduler_lag_s < 60,
             "checked_at": format_instant(self.checked_at),

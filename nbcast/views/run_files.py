@@ -1,7 +1,7 @@
 """A run's executed notebook and its failed attempts' tracebacks, read from the
 artifact store for people (the status UI's run page and its rendered notebook).
 
-Which notebook is "the run's" is :attr:`~nbcast.executor.records.RunDetail.notebook_sha256`
+Which notebook is "the run's" is :attr:`~nbcast.views.runs.RunDetail.notebook_sha256`
 — the run's own, else (a failed run) its latest attempt's — the same one
 ``GET /nbcast/api/v1/runs/{id}/notebook`` and ``nbcast runs show`` name, so the page,
 the download and the CLI never disagree. :func:`run_notebook` reads it for the
@@ -27,8 +27,8 @@ from nbcast.access import Caller
 from nbcast.artifacts import ArtifactStore
 from nbcast.errors import NbcastError
 from nbcast.executor.failures import MAX_NOTEBOOK_BYTES, failing_cell
-from nbcast.executor.queries import get_run
-from nbcast.executor.records import AttemptRecord, RunDetail
+from nbcast.executor.records import AttemptRecord
+from nbcast.views.runs import RunDetail, get_run
 
 __all__ = [
     "MAX_TRACEBACK_BYTES",

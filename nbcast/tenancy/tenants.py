@@ -1,14 +1,14 @@
 """Tenants and their quotas: the commands behind ``nbcast tenants`` and the API's
 tenant routes, and the plain lookups the planes use.
 
-Commands check who asks (:mod:`nbcast.governance.roles`) and are audited:
+Commands check who asks (:mod:`nbcast.tenancy.roles`) and are audited:
 
 - :func:`create_tenant` — operators only; names the tenant's first admin at once when
   asked, so nobody else can claim it;
 - :func:`change_quota` — an admin of that tenant within the tenant's ceilings, or an
   operator; every value within :data:`QUOTA_BOUNDS`;
 - :func:`set_ceilings` — operators only: the most the tenant's admins may set
-  (:mod:`nbcast.governance.ceilings`);
+  (:mod:`nbcast.tenancy.ceilings`);
 - :func:`set_network` — operators only: what the tenant's sandboxed kernels reach;
 - :func:`list_tenants` — operators only, keyset-paginated by name;
 - :func:`tenant_record` — an operator, or a member of that tenant.
@@ -32,10 +32,10 @@ from nbcast.clock import Clock, format_instant
 from nbcast.config import TENANT_NAME
 from nbcast.db import Database
 from nbcast.errors import AccessDeniedError, ConfigError, ConflictError, NotFoundError
-from nbcast.governance import audit
-from nbcast.governance.ceilings import ceilings_of, check_within, lower_to_ceilings
-from nbcast.governance.models import Tenant, User
 from nbcast.limits import clip
+from nbcast.tenancy import audit
+from nbcast.tenancy.ceilings import ceilings_of, check_within, lower_to_ceilings
+from nbcast.tenancy.models import Tenant, User
 
 __all__ = [
     "NETWORKS",
@@ -82,7 +82,7 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 def ensure_user(session: Session, tenant: Tenant, name: str) -> User:
     """The user ``name`` of ``tenant``, created (role ``viewer``) if missing: for rows
     that name a person (a version's author) — roles are granted only through
-    :mod:`nbcast.governance.members`."""
+    :mod:`nbcast.tenancy.members`."""
     user = session.scalar(sa.select(User).where(User.tenant_id == tenant.id, User.name == name))
     if user is None:
         user = User(tenant_id=tenant.id, name=name)
@@ -177,7 +177,7 @@ class TenantRecord:
     created_at: datetime
     quotas: dict[str, Any]
     ceilings: dict[str, Any]
-    """The most its admins may set each quota to (:mod:`nbcast.governance.ceilings`)."""
+    """The most its admins may set each quota to (:mod:`nbcast.tenancy.ceilings`)."""
     network: str = "host"
     """What its kernels reach: ``host`` or ``none`` (:func:`set_network`)."""
 
@@ -207,7 +207,7 @@ def create_tenant(
     db: Database, clock: Clock, caller: Caller, name: str, *, admin: str | None = None, **quota: Any
 ) -> TenantRecord:
     """Create tenant ``name`` with optional quotas and first admin (operators only)."""
-    from nbcast.governance.roles import Role, require_operator
+    from nbcast.tenancy.roles import Role, require_operator
 
     now = clock.now()
     with db.session() as session:
@@ -217,7 +217,7 @@ def create_tenant(
         tenant = ensure_tenant(session, name)
         tenant.created_at = now
         set_quota(session, name, **quota)
-        # Its admins may move its quotas up to where they start (nbcast.governance.ceilings).
+        # Its admins may move its quotas up to where they start (nbcast.tenancy.ceilings).
         tenant.quota_ceilings = ceilings_of(tenant)
         audit.record(
             session,
@@ -229,7 +229,7 @@ def create_tenant(
             details={"quotas": quota, "admin": admin},
         )
         if admin is not None:
-            from nbcast.governance.members import USER_NAME
+            from nbcast.tenancy.members import USER_NAME
 
             if not USER_NAME.fullmatch(admin) or admin != admin.strip():
                 raise ConfigError(f"admin {clip(admin)} must be 1-128 printable characters")
@@ -270,7 +270,7 @@ def change_quota(
 ) -> TenantRecord:
     """Change quotas of tenant ``name`` (:func:`set_quota`'s checks): an admin of that
     tenant, or an operator; audited with the values before and after."""
-    from nbcast.governance.roles import Role, is_operator, require
+    from nbcast.tenancy.roles import Role, is_operator, require
 
     if not values:
         raise ConfigError("name at least one quota to change")
@@ -311,8 +311,8 @@ def set_ceilings(
 ) -> TenantRecord:
     """Set ceilings of tenant ``name`` (operators only; each value checked as a quota,
     a budget's may be None): quotas above a new ceiling come down to it; audited with
-    the ceilings and quotas before and after (:mod:`nbcast.governance.ceilings`)."""
-    from nbcast.governance.roles import require_operator
+    the ceilings and quotas before and after (:mod:`nbcast.tenancy.ceilings`)."""
+    from nbcast.tenancy.roles import require_operator
 
     if not values:
         raise ConfigError("name at least one ceiling to set")
@@ -344,7 +344,7 @@ def set_network(
 ) -> TenantRecord:
     """Set what tenant ``name``'s kernels reach (operators only: it widens or narrows
     what a tenant's code can touch on the machine's network); audited."""
-    from nbcast.governance.roles import require_operator
+    from nbcast.tenancy.roles import require_operator
 
     if network not in NETWORKS:
         raise ConfigError(f"network must be host or none, not {clip(network)}")
@@ -374,7 +374,7 @@ def list_tenants(
     after: str | None = None,
 ) -> Page[TenantRecord]:
     """Every tenant, by name, a page at a time (operators only)."""
-    from nbcast.governance.roles import require_operator
+    from nbcast.tenancy.roles import require_operator
 
     require_operator(session, caller, "listing every tenant", now)
     size = page_limit(limit)
@@ -391,7 +391,7 @@ def list_tenants(
 def tenant_record(session: Session, caller: Caller, name: str, now: datetime) -> TenantRecord:
     """Tenant ``name``: for an operator, or a member of it (another tenant's: not
     found; their own tenant without a role there: refused)."""
-    from nbcast.governance.roles import Role, is_operator, require
+    from nbcast.tenancy.roles import Role, is_operator, require
 
     if not is_operator(session, caller.user):
         if name != caller.tenant:

@@ -1,9 +1,9 @@
-"""SLA alerts: the delivery worker's step that tells an owner their report was late.
+"""SLA alerts: the oversight service's step that tells an owner their report was late.
 
-The governance plane records each SLA miss with the channel and recipient of its alert,
-``alert_state`` PENDING (:mod:`nbcast.governance.sla`); the delivery plane owns the
-``alert_*`` columns from there on. Once per pass the delivery worker calls
-:func:`send_due_alerts`, which, up to its limit, one alert at a time:
+The SLA monitor records each SLA miss with the channel and recipient of its alert,
+``alert_state`` PENDING (:mod:`nbcast.oversight.sla`). Once per step the oversight
+service (:mod:`nbcast.oversight.service`) calls :meth:`AlertWorker.send_due`, which,
+up to its limit, one alert at a time:
 
 1. **claims** the oldest due PENDING alert — ``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
    so two workers never take one alert, and a lease (``alert_lease_owner``,
@@ -42,7 +42,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock, format_instant
 from nbcast.db import Database
@@ -56,12 +55,13 @@ from nbcast.errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from nbcast.executor.models import Run, RunKind
 from nbcast.faults import crash_point
-from nbcast.governance.models import SlaMiss, Tenant
-from nbcast.governance.sla import AlertState
+from nbcast.oversight.models import SlaMiss
+from nbcast.oversight.sla import AlertState
+from nbcast.scheduler.models import Run, RunKind
+from nbcast.tenancy.models import Tenant
 
-__all__ = ["AlertWorker", "alerts_due", "send_due_alerts"]
+__all__ = ["AlertWorker"]
 
 log = logging.getLogger("nbcast.delivery.sla")
 
@@ -107,24 +107,6 @@ def _public_base(url: str | None) -> str | None:
     except ValueError:
         pass
     return url.rstrip("/")
-
-
-def alerts_due(session: Session, horizon: datetime) -> bool:
-    """Whether an alert is due by ``horizon`` (the worker's idle check)."""
-    return bool(
-        session.scalar(
-            sa.select(
-                sa.exists().where(
-                    SlaMiss.alert_state == PENDING,
-                    SlaMiss.alert_not_before <= horizon,
-                    sa.or_(
-                        SlaMiss.alert_lease_expires_at.is_(None),
-                        SlaMiss.alert_lease_expires_at <= horizon,
-                    ),
-                )
-            )
-        )
-    )
 
 
 class AlertWorker:
@@ -383,18 +365,3 @@ def _html_value(value: str) -> str:
     if value.startswith(("https://", "http://")):
         return f'<a href="{escape(value, quote=True)}">{escape(value)}</a>'
     return escape(value)
-
-
-def send_due_alerts(ledger: Any, limit: int = 20) -> int:
-    """The worker's hook: send the due alerts with ``ledger``'s database, clock,
-    channels, owner, lease and base URL (:class:`AlertWorker`); return how many were
-    handled."""
-    worker = AlertWorker(
-        ledger.db,
-        ledger.clock,
-        ledger.channels,
-        owner=ledger.owner,
-        lease=ledger.lease,
-        base_url=ledger.base_url,
-    )
-    return worker.send_due(limit)

@@ -9,8 +9,8 @@ signed links and their openings. Rows are kept at least as long as files (a run'
 files go with its rows). Audit entries are never deleted.
 
 **A pass** over a tenant (:func:`run_retention`) works in transactions of at most
-:data:`~nbcast.governance.retention_plan.BATCH` runs, so a large backlog never holds
-one long transaction, in two steps (which runs: :mod:`~nbcast.governance.retention_plan`):
+:data:`~nbcast.oversight.retention_plan.BATCH` runs, so a large backlog never holds
+one long transaction, in two steps (which runs: :mod:`~nbcast.oversight.retention_plan`):
 
 1. **Files.** For each batch of runs past the artifacts cutoff, the blobs that
    nothing kept refers to and no live signed link names are deleted from the store,
@@ -24,11 +24,11 @@ one long transaction, in two steps (which runs: :mod:`~nbcast.governance.retenti
 2. **Rows.** Runs past the rows cutoff whose references are cleared are deleted,
    one (definition, UTC day of fire time) at a time, several of them per transaction.
    In that transaction, before the rows go: their cost figures are added to
-   ``cost_days`` (:func:`nbcast.governance.cost.fold_costs`), and one audit entry
+   ``cost_days`` (:func:`nbcast.oversight.cost.fold_costs`), and one audit entry
    ``retention.deleted`` per (definition, day) keeps the count of deleted runs, their
    states, their deliveries, and ``slots_sha256`` — SHA-256 over the sorted
    ``[slot_key, audience, state, reason]`` of the rows
-   (:func:`~nbcast.governance.retention_plan.slots_digest`), so the slot rows'
+   (:func:`~nbcast.oversight.retention_plan.slots_digest`), so the slot rows'
    existence stays provable. A day of one definition with more than ``BATCH`` runs
    is split into parts, one entry each (``part``: 1, 2, …); runs of a day that were
    kept back (a live link) and go in a later pass get an entry of their own then.
@@ -37,7 +37,7 @@ A **dry run** computes the same figures and writes nothing.
 
 ``nbcast retention set|show|apply`` are faces over :func:`set_retention`,
 :func:`retention_policy` and :func:`apply_retention`; the scheduler service runs
-:func:`retention_job` once per UTC day (:mod:`nbcast.governance.jobs`).
+:func:`retention_job` once per UTC day (:mod:`nbcast.oversight.jobs`).
 
 One race is not closed: content deleted in the moment between a pass's last check
 and its delete, and stored again by a new run or rendition of identical bytes in that
@@ -68,11 +68,10 @@ from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.models import Delivery, Rendition
 from nbcast.errors import ConfigError
-from nbcast.executor.models import Run, RunAttempt
-from nbcast.governance import audit
-from nbcast.governance.cost import fold_costs
-from nbcast.governance.models import Tenant
-from nbcast.governance.retention_plan import (
+from nbcast.executor.models import RunAttempt
+from nbcast.limits import clip
+from nbcast.oversight.cost import fold_costs
+from nbcast.oversight.retention_plan import (
     BATCH,
     Policy,
     Reference,
@@ -86,7 +85,9 @@ from nbcast.governance.retention_plan import (
     row_candidates,
     slots_digest,
 )
-from nbcast.limits import clip
+from nbcast.scheduler.models import Run
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import Tenant
 
 __all__ = [
     "COUNTS",
@@ -100,7 +101,7 @@ __all__ = [
     "set_retention",
 ]
 
-log = logging.getLogger("nbcast.governance.retention")
+log = logging.getLogger("nbcast.oversight.retention")
 
 SYSTEM_ACTOR = "system:retention"
 """The actor of the audit entries of the daily pass."""
@@ -489,7 +490,7 @@ _FIELDS = {"artifacts_days": "retain_artifacts_days", "rows_days": "retain_rows_
 
 def retention_policy(session: Session, caller: Caller, now: datetime | None = None) -> Policy:
     """The caller's tenant's policy (any member)."""
-    from nbcast.governance.roles import Role, require
+    from nbcast.tenancy.roles import Role, require
 
     tenant = require(session, caller, Role.viewer, "reading the retention policy", now).tenant
     return Policy.of(tenant)
@@ -498,9 +499,9 @@ def retention_policy(session: Session, caller: Caller, now: datetime | None = No
 def set_retention(db: Database, clock: Clock, caller: Caller, **changes: int | None) -> Policy:
     """Change the caller's tenant's policy (its admins): ``artifacts_days`` and/or
     ``rows_days``, each a number of days or None (forever), checked together with what
-    is not changed (:func:`~nbcast.governance.retention_plan.check_policy`); audited
+    is not changed (:func:`~nbcast.oversight.retention_plan.check_policy`); audited
     ``retention.changed`` with the policy before and after."""
-    from nbcast.governance.roles import Role, require
+    from nbcast.tenancy.roles import Role, require
 
     unknown = set(changes) - set(_FIELDS)
     if unknown:
@@ -538,7 +539,7 @@ def apply_retention(
 ) -> list[RetentionResult]:
     """A pass over the caller's tenant (its admins), or over every tenant with a
     policy (operators, ``every_tenant``); ``dry_run`` writes nothing."""
-    from nbcast.governance.roles import Role, require, require_operator
+    from nbcast.tenancy.roles import Role, require, require_operator
 
     now = clock.now()
     with db.session() as session:

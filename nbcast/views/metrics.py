@@ -1,7 +1,7 @@
 """The counts behind ``/nbcast/metrics``: grouped reads of every plane's rows.
 
-Monitoring is the governance plane's business, and like every plane it may read the
-others' rows but never writes them: each function here is one grouped ``SELECT``
+A read model above every plane (and the oversight layer's SLA misses): it reads
+their rows and never writes them: each function here is one grouped ``SELECT``
 over the installation's runs, attempts, deliveries, renditions or link openings,
 across every tenant, returning plain values. The server extension turns them into
 Prometheus families (:mod:`nbcast.server_extension.metrics`), holding no SQL of its
@@ -23,8 +23,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.delivery.models import Delivery, LinkOpen, Rendition
-from nbcast.executor.models import ACTIVE_STATES, Run, RunAttempt, RunState
-from nbcast.governance.models import SlaMiss, Tenant
+from nbcast.executor.models import RunAttempt
+from nbcast.oversight.models import SlaMiss
+from nbcast.scheduler.models import ACTIVE_STATES, Run, RunState
+from nbcast.tenancy.models import Tenant
 
 __all__ = [
     "IN_FLIGHT",
@@ -162,7 +164,7 @@ def link_opens_total(session: Session) -> int:
 
 
 def sla_misses_by_tenant_and_state(session: Session) -> list[tuple[str, str, int]]:
-    """SLA misses (:mod:`nbcast.governance.sla`) by tenant and the slot's state."""
+    """SLA misses (:mod:`nbcast.oversight.sla`) by tenant and the slot's state."""
     rows = session.execute(
         sa.select(Tenant.name, SlaMiss.state, sa.func.count())
         .select_from(SlaMiss)

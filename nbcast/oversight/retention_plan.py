@@ -1,7 +1,7 @@
 """What retention may delete: policies and their cutoffs, the runs past them, the
 artifact references those runs hold, the digest that keeps deleted slot rows
 provable, and the order in which a run's rows go (:func:`delete_runs`); the pass
-itself is :mod:`nbcast.governance.retention`.
+itself is :mod:`nbcast.oversight.retention`.
 
 **Which runs.** A run is *past the artifacts cutoff* when it is finished (a terminal
 state, SKIPPED and MISSED included), fired before ``now - artifacts days``, and
@@ -39,15 +39,15 @@ from nbcast.delivery.models import (
     DeliveryAttempt,
     DeliveryState,
     LinkOpen,
-    OutboxRow,
     Rendition,
     RenditionState,
     SignedLink,
 )
 from nbcast.errors import ConfigError
-from nbcast.executor.models import FINISHED_STATES, CancelRequest, Run, RunAttempt, WarehouseUsage
-from nbcast.governance.models import Tenant
+from nbcast.executor.models import OutboxRow, RunAttempt, WarehouseUsage
 from nbcast.limits import clip
+from nbcast.scheduler.models import FINISHED_STATES, CancelRequest, Run
+from nbcast.tenancy.models import Tenant
 
 __all__ = [
     "BATCH",

@@ -1,7 +1,7 @@
 """What the status page's overview shows a tenant, read in one call.
 
 :func:`overview` gathers, for the caller's tenant only: the services' health (rows of
-the installation, shared by every tenant: :mod:`nbcast.governance.health`), its queue
+the installation, shared by every tenant: :mod:`nbcast.views.health`), its queue
 against its quota, what its runs and deliveries did in the last 24 hours, its
 definitions with their next fire and last state, its newest runs (SKIPPED and MISSED
 slots with their reasons among them: why each slot did what it did) and its failed
@@ -9,7 +9,7 @@ deliveries. It reads the other planes' rows through their own queries.
 
 Since the services' health is the installation's, the overview is for operators and
 people with a role in an existing tenant
-(:func:`~nbcast.governance.roles.require_role_or_operator`, checked first: a user
+(:func:`~nbcast.tenancy.roles.require_role_or_operator`, checked first: a user
 without one gets :class:`~nbcast.errors.AccessDeniedError`, and a user mapped to a
 tenant that does not exist too). The check claims a tenant without members for its
 first person, as any act does; nothing else is written. An operator mapped to a
@@ -25,14 +25,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
-from nbcast.definitions.queries import DefinitionRecord, list_definitions
 from nbcast.delivery.models import DeliveryState
 from nbcast.delivery.queries import DeliveryRecord, list_deliveries
-from nbcast.executor.models import ACTIVE_STATES, RunState
 from nbcast.executor.records import RunRecord
-from nbcast.governance.health import Health, health
-from nbcast.governance.models import Tenant
-from nbcast.governance.roles import require_role_or_operator
+from nbcast.scheduler.models import ACTIVE_STATES, RunState
+from nbcast.tenancy.models import Tenant
+from nbcast.tenancy.roles import require_role_or_operator
+from nbcast.views.definitions import DefinitionRecord, list_definitions
+from nbcast.views.health import Health, health
 
 __all__ = [
     "MAX_OVERVIEW_ITEMS",
@@ -103,8 +103,8 @@ def overview(
     """The overview of the caller's tenant as of ``now`` (module docstring); each list
     holds at most its count (1 to :data:`MAX_OVERVIEW_ITEMS`)."""
     from nbcast.delivery.models import Delivery
-    from nbcast.executor.models import Run
     from nbcast.executor.queries import list_runs
+    from nbcast.scheduler.models import Run
 
     require_role_or_operator(session, caller, "reading the overview", now)
     services = health(session, now)

@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from nbcast.governance.models import Tenant, TenantUsageDay
+from nbcast.tenancy.models import Tenant, TenantUsageDay
 
 __all__ = ["BudgetState", "Use", "add_usage", "budget_state", "usage_day"]
 

@@ -2,7 +2,7 @@
 /nbcast/api/v1/sla`` and the status pages.
 
 Every query takes a session and the :class:`~nbcast.access.Caller`, reads through
-:func:`~nbcast.governance.roles.readable_tenant` (any role of the tenant: SLA misses
+:func:`~nbcast.tenancy.roles.readable_tenant` (any role of the tenant: SLA misses
 are a viewer's to read) and writes nothing; a definition of another tenant is "not
 found". Lists are newest fire time first and keyset-paginated on ``(fire_at, id)``
 (:class:`~nbcast.access.Page`), one range of the ``(tenant_id, fire_at)`` index
@@ -27,10 +27,10 @@ from nbcast.clock import format_instant
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.errors import ConfigError, UnknownDefinitionError
-from nbcast.executor.models import Run, RunKind
-from nbcast.governance.models import SlaMiss
-from nbcast.governance.roles import readable_tenant
 from nbcast.limits import clip
+from nbcast.oversight.models import SlaMiss
+from nbcast.scheduler.models import Run, RunKind
+from nbcast.tenancy.roles import readable_tenant
 
 __all__ = ["SlaMissRecord", "list_misses", "miss_counts"]
 
@@ -51,7 +51,7 @@ class SlaMissRecord:
     run_id: int | None
     """The slot's first run (the base audience's, if it has one)."""
     alert_state: str
-    """A :class:`~nbcast.governance.sla.AlertState`."""
+    """A :class:`~nbcast.oversight.sla.AlertState`."""
     alert_channel: str | None
     alert_to: str | None
     """As the caller may see it: a URL is masked but for the tenant's admins."""

@@ -45,9 +45,10 @@ from nbcast.access import Caller
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.models import Delivery, DeliveryState, Rendition
 from nbcast.errors import ConfigError
-from nbcast.executor.models import Run, RunAttempt, RunState, WarehouseUsage
-from nbcast.governance.models import CostDay
+from nbcast.executor.models import RunAttempt, WarehouseUsage
 from nbcast.limits import clip
+from nbcast.oversight.models import CostDay
+from nbcast.scheduler.models import Run, RunState
 
 __all__ = [
     "MAX_PLOT_DAYS",
@@ -349,7 +350,7 @@ def cost_report(
 ) -> CostReport:
     """The caller's tenant's cost per definition and UTC day over ``[start, end]``
     (any member of the tenant)."""
-    from nbcast.governance.roles import Role, require
+    from nbcast.tenancy.roles import Role, require
 
     check_period(start, end)
     tenant = require(session, caller, Role.viewer, "reading the cost report", now).tenant

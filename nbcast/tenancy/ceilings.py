@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbcast.errors import AccessDeniedError, ConfigError
-from nbcast.governance.models import Tenant
+from nbcast.tenancy.models import Tenant
 
 __all__ = ["CEILING_FIELDS", "ceilings_of", "check_within", "lower_to_ceilings"]
 

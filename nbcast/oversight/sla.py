@@ -1,15 +1,15 @@
 """SLA monitoring: one miss per slot that was not delivered within its promise.
 
 A definition promises ``sla: {delivered_within: "30m"}`` (1 minute to 7 days). The
-monitor (:func:`check_slas`) runs from every scheduler replica every 30 s of clock
-time (:mod:`nbcast.governance.jobs`) and only reads the other planes' rows.
+monitor (:func:`check_slas`) runs from every oversight replica every 30 s of clock
+time (:mod:`nbcast.oversight.jobs`) and only reads the other planes' rows.
 
 **What counts.** A *slot* is a scheduled run's slot key; it has one row per audience
 (``runs.audience``). Its *deadline* is its fire time plus the window of the version its
 rows pinned (the version whose schedule made them), so a slot is judged by the promise
 in force when it was made. The slot is *kept* when each of its rows — or a rerun of
 that row (``rerun_of``) — has a delivery SENT no later than the deadline. Otherwise it
-is **missed**: one :class:`~nbcast.governance.models.SlaMiss` row with the state of
+is **missed**: one :class:`~nbcast.tenancy.models.SlaMiss` row with the state of
 the first row that was not delivered (SKIPPED, MISSED, FAILED, TIMED_OUT, CANCELLED,
 still QUEUED or RUNNING, or SUCCEEDED with no delivery SENT in time) and a reason
 (``FAILED (max_attempts): the run did not succeed``, ``SENT 12m after the deadline``).
@@ -39,14 +39,14 @@ was, and the next pass judges the same slots again to the same result.
 .created_by``): over the channel ``NBCAST_SLA_CHANNEL`` (any registered channel,
 default ``email``) to the owner's address (``nbcast users add NAME --email E``) when
 that channel takes email addresses, else to ``NBCAST_SLA_TO``; with neither its
-``alert_state`` is ``NONE``. Both variables are read by the scheduler service (the
-monitor's process) when the miss is found. A delivery worker sends the alert
-(:mod:`nbcast.delivery.sla_alerts`).
+``alert_state`` is ``NONE``. Both variables are read by the oversight service (the
+monitor's process) when the miss is found, which then sends the alert
+(:mod:`nbcast.oversight.sla_alerts`).
 
 **Bounded.** One pass judges at most :data:`MAX_SLOTS_PER_DEFINITION` slot rows of a
 definition and :data:`MAX_SLOTS_PER_CHECK` in all, the definitions furthest behind
 first, and a pass stops taking up definitions once it has run for
-:data:`MAX_SECONDS_PER_CHECK` (the scheduler's own tick waits for it); what is left is
+:data:`MAX_SECONDS_PER_CHECK` (the alerts of the same step wait for it); what is left is
 judged at the next pass. One definition that cannot be judged
 (a version that no longer parses, rows the database refuses) is logged and skipped
 while every other definition is judged as usual.
@@ -71,11 +71,11 @@ from nbcast.clock import Clock, format_instant
 from nbcast.db import Database, insert_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.delivery.models import Delivery
-from nbcast.executor.models import Run, RunKind
-from nbcast.governance import audit
-from nbcast.governance.models import SlaMiss, SlaWatermark, User
-from nbcast.governance.sla_verdict import Sent, Slot, SlotRow, group_slots, judge
-from nbcast.scheduler.models import ScheduleState
+from nbcast.oversight.models import SlaMiss, SlaWatermark
+from nbcast.oversight.sla_verdict import Sent, Slot, SlotRow, group_slots, judge
+from nbcast.scheduler.models import Run, RunKind, ScheduleState
+from nbcast.tenancy import audit
+from nbcast.tenancy.models import User
 
 __all__ = [
     "ACTOR",
@@ -89,7 +89,7 @@ __all__ = [
     "sla_window",
 ]
 
-log = logging.getLogger("nbcast.governance.sla")
+log = logging.getLogger("nbcast.oversight.sla")
 
 ACTOR = "sla-monitor"
 """The actor of ``sla.missed`` audit entries."""
@@ -146,14 +146,14 @@ def alert_route(environ: Mapping[str, str], owner_email: str | None) -> tuple[st
     """The alert's channel and recipient (None: nobody to alert), as the module
     docstring says: the owner's address on a channel that takes email addresses (one
     whose check accepts the address and refuses a bare word), else ``NBCAST_SLA_TO``."""
-    from nbcast.delivery.channels import channel_class
     from nbcast.errors import NbcastError
+    from nbcast.plugins import recipient_rules
 
     channel = (environ.get("NBCAST_SLA_CHANNEL") or DEFAULT_CHANNEL).strip()[:32]
     fallback = (environ.get("NBCAST_SLA_TO") or "").strip()[:512] or None
     if owner_email:
         try:
-            kind = channel_class(channel)
+            kind = recipient_rules(channel)
         except NbcastError:  # not registered: the worker records no_channel
             kind = None
         if (

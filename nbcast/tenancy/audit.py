@@ -40,7 +40,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from nbcast.clock import format_instant
-from nbcast.governance.models import AuditEntry, AuditHead
+from nbcast.tenancy.models import AuditEntry, AuditHead
 
 __all__ = [
     "GENESIS",
