@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PY_STAMP := $(VENV)/.installed-python
 LAKE := notebooks/examples/lake/orders.parquet
 export RAY_USAGE_STATS_ENABLED := 0
 # The demo's and the tests' Ray clusters live on loopback only: no token auth.
@@ -16,7 +17,7 @@ export RAY_AUTH_MODE := disabled
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: demo docs-images test lint typecheck install lake clean bench chromium bubblewrap labextension
+.PHONY: demo docs-images test test-fast lint typecheck install lake clean bench chromium bubblewrap labextension
 
 # The JupyterLab extension (labextension/, TypeScript) is built with jlpm — the yarn
 # that jupyterlab ships, from the PyPI package jupyter-builder — into nbcast/labextension,
@@ -49,15 +50,22 @@ $(LABEXT_STAMP): $(LABEXT_SRC) | $(BIN)/python
 
 labextension: $(LABEXT_STAMP)
 
-# The editable install copies the built extension into the venv (SKIP_JUPYTER_BUILDER:
-# the stamp above has built it; the hook would build it again).
-$(STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python $(LABEXT_STAMP)
+# The Python side alone (what `make lint`, `make typecheck` and `make test-fast` need:
+# no Node.js, no TypeScript build). SKIP_JUPYTER_BUILDER: the extension is built by its
+# own stamp above, never by the install hook.
+$(PY_STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python
 	SKIP_JUPYTER_BUILDER=1 $(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
 	$(BIN)/uv pip install --python $(BIN)/python -e tests/plugin
 	$(BIN)/uv pip uninstall --python $(BIN)/python rfc3987-syntax 2>/dev/null || true
 	$(BIN)/python -m compileall -q -j 0 nbcast "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nbcast)" >/dev/null
-	touch $(STAMP)
+	touch $@
+
+# Everything: the Python side and the built extension, copied where jupyter finds it.
+$(STAMP): $(PY_STAMP) $(LABEXT_STAMP)
+	rm -rf $(LABEXT_SHARE) && mkdir -p $(dir $(LABEXT_SHARE))
+	cp -r nbcast/labextension $(LABEXT_SHARE) && cp install.json $(LABEXT_SHARE)/
+	touch $@
 
 install: $(STAMP) $(LABEXT_STAMP)
 
@@ -95,12 +103,19 @@ test: install lake chromium bubblewrap
 	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 	cd notebooks/examples && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax -q .
 
-lint: install
+lint: $(PY_STAMP)
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts
 
-typecheck: install
+typecheck: $(PY_STAMP)
 	$(BIN)/mypy
+
+# The development loop: every test that needs no PostgreSQL, Ray, Chromium, kernel or
+# service process, and is not slow (markers: pyproject.toml; tests/conftest.py marks the
+# PostgreSQL and Ray users from their fixtures). No Node.js needed.
+FAST := not postgres and not ray and not chromium and not kernels and not slow
+test-fast: $(PY_STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -q -n $(TEST_WORKERS) -m "$(FAST)" $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache nbcast/labextension $(LABEXT)/lib

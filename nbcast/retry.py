@@ -1,4 +1,15 @@
-"""Retry timing shared by the planes: exponential backoff with full jitter."""
+"""Retry timing: the one exponential backoff of nbcast.
+
+- :func:`backoff` — with full jitter, for work that many items retry at once (runs,
+  deliveries, renders, SLA alerts), so their retries spread out;
+- :func:`backoff_ceiling` — the same curve without jitter, for waits that replicas
+  must agree on or that one supervisor keeps (a definition that failed, an embedded
+  service or a pooled kernel that keeps dying).
+
+Both are bounded for any input: the exponent stops at :data:`MAX_BACKOFF_EXPONENT`
+(past about 1,024 the power cannot even be converted to a float, and a tenant may
+allow that many attempts), and no wait exceeds :data:`MAX_BACKOFF_S`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +17,7 @@ import math
 import random
 from datetime import timedelta
 
-__all__ = ["MAX_BACKOFF_EXPONENT", "MAX_BACKOFF_S", "backoff"]
+__all__ = ["MAX_BACKOFF_EXPONENT", "MAX_BACKOFF_S", "backoff", "backoff_ceiling"]
 
 MAX_BACKOFF_EXPONENT = 64
 """``2 ** (attempt - 1)`` stops growing here: past about 1,024 the power cannot even be
@@ -25,11 +36,18 @@ def backoff(
     negative or non-finite ``base`` or ``cap`` counts as :data:`MAX_BACKOFF_S` at most
     (NaN as 0), so the result is a finite wait of at most a day.
     """
+    return timedelta(
+        seconds=(rng or random).uniform(0, backoff_ceiling(attempt, base=base, cap=cap))
+    )
+
+
+def backoff_ceiling(attempt: int, *, base: float, cap: float) -> float:
+    """``min(cap, base · 2^(attempt-1))`` seconds, deterministic (module docstring):
+    ``base`` for an ``attempt`` of 1 or less, doubling, at most ``cap`` and a day."""
     base = _bounded(base)
     cap = _bounded(cap)
-    exponent = min(max(attempt - 1, 0), MAX_BACKOFF_EXPONENT)
-    ceiling = min(cap, base * 2.0**exponent, MAX_BACKOFF_S)
-    return timedelta(seconds=(rng or random).uniform(0, ceiling))
+    exponent = min(max(int(attempt) - 1, 0), MAX_BACKOFF_EXPONENT)
+    return min(cap, base * 2.0**exponent, MAX_BACKOFF_S)
 
 
 def _bounded(value: float) -> float:

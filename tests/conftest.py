@@ -40,6 +40,65 @@ def example_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+PROCESS_TESTS = (
+    # folders whose every test starts a jupyter server, a sandbox or services
+    "server/",
+    "sandbox/",
+    "integration/",
+    "labextension/",
+    "oversight/",
+    # files whose tests run kernels, papermill, renders in children or nbcast services
+    "executor/test_output_limits.py",
+    "executor/test_hostile_reports.py",
+    "executor/test_zygote.py",
+    "executor/test_worker_scope.py",
+    "executor/test_notebook_runner.py",
+    "executor/test_early_exit.py",
+    "executor/test_worker.py",
+    "executor/test_fd_hygiene.py",
+    "executor/test_permanent_failures.py",
+    "executor/test_runs_show.py",
+    "executor/test_kernels.py",
+    "executor/test_worker_isolation.py",
+    "executor/test_demand.py",
+    "delivery/test_render_determinism.py",
+    "delivery/test_pdf_fit.py",
+    "delivery/test_slow_receivers.py",
+    "delivery/test_webhook_links.py",
+    "definitions/test_kernelspec_warning.py",
+    "test_file_modes.py",
+    "test_credentials.py",
+    "test_readonly_home.py",
+    "test_examples.py",
+    "test_logs.py",
+    "test_daemon.py",
+    "test_deploy_units.py",
+    "test_hostile_cli.py",
+)
+"""Where the ``kernels`` marker goes: tests that start kernels, papermill runs, a
+jupyter server or nbcast service processes (left out of ``make test-fast``)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what a test needs, so ``make test-fast`` can leave it out (``-m "not
+    postgres and not ray and not chromium and not kernels and not slow"``): the
+    PostgreSQL side of every two-back-end fixture (a ``"postgresql"`` parameter) and
+    every ``pg_url`` user is ``postgres``, every ``ray_cluster`` user ``ray``, and the tests of
+    :data:`PROCESS_TESTS` ``kernels``."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        where = item.path.resolve().relative_to(tests).as_posix()
+        if any(where == p or (p.endswith("/") and where.startswith(p)) for p in PROCESS_TESTS):
+            item.add_marker(pytest.mark.kernels)
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        if "postgresql" in params.values() or "pg_url" in names:
+            item.add_marker(pytest.mark.postgres)
+        if "ray_cluster" in names:
+            item.add_marker(pytest.mark.ray)
+
+
 def service_missing(what: str, why: str) -> NoReturn:
     """Skip outside CI; fail in CI (a missing service must not pass silently)."""
     message = f"{what} is not available: {why}"
@@ -96,11 +155,28 @@ def _reset_postgres(db: Database) -> None:
         conn.execute(sa.text("INSERT INTO tenants (name, created_at) VALUES ('default', now())"))
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty nbcast database migrated to head, once per test process: a test's own
+    database is a copy of it (migrating takes about a second; copying, milliseconds)."""
+    path = tmp_path_factory.mktemp("template") / "nbcast.db"
+    Database.open(f"sqlite:///{path}").dispose()
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, nbcast_home: Path) -> str:
     """The URL of an empty, migrated nbcast database on each back end in turn."""
     if request.param == "sqlite":
-        return f"sqlite:///{nbcast_home / 'nbcast.db'}"
+        import shutil
+
+        template: Path = request.getfixturevalue("sqlite_template")
+        nbcast_home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target = nbcast_home / "nbcast.db"
+        if not target.exists():
+            shutil.copyfile(template, target)
+            target.chmod(0o600)
+        return f"sqlite:///{target}"
     url: str = request.getfixturevalue("pg_url")
     db = Database.open(url)
     _reset_postgres(db)

@@ -80,8 +80,18 @@ def _owner(name: str) -> str | None:
     return name or None
 
 
-def _imports(module: str) -> Iterator[tuple[str, str, int]]:
-    """``(imported module, imported name, line)`` of every runtime import of ``module``."""
+def _imports(module: str) -> list[tuple[str, str, int]]:
+    """``(imported module, imported name, line)`` of every runtime import of ``module``
+    (parsed once per module)."""
+    if module not in _PARSED:
+        _PARSED[module] = list(_parse_imports(module))
+    return _PARSED[module]
+
+
+_PARSED: dict[str, list[tuple[str, str, int]]] = {}
+
+
+def _parse_imports(module: str) -> Iterator[tuple[str, str, int]]:
     path = MODULES[module]
     tree = ast.parse(path.read_text())
     typing_only = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from nbcast.cli import main
 from nbcast.db import Database
+from tests.command import run
 from tests.notebooks import make_notebook
 
 TABLES = ("tenants", "users", "report_definitions", "definition_versions")
@@ -23,12 +23,6 @@ def _counts(url: str) -> dict[str, int]:
         }
     db.dispose()
     return counts
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_publish_list_show_versions_diff_export(

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from nbcast.cli import main
 from nbcast.db import Database
 from nbcast.definitions.parameters import parse_parameters_cell
 from nbcast.errors import ParametersCellError
+from tests.command import run
 from tests.members import grant_url
 from tests.notebooks import make_notebook
 
@@ -47,12 +47,6 @@ def counts(url: str) -> dict[str, int]:
         }
     db.dispose()
     return result
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_refused(code: int, out: str, err: str, message: str) -> None:
@@ -578,7 +572,7 @@ def test_an_unsubscribe_token_acts_only_within_its_tenant(
 def test_an_internal_error_is_one_line_with_the_log(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nbcast_home: Path
 ) -> None:
-    import nbcast.definitions.queries as queries
+    import nbcast.views.definitions as queries
 
     def broken(*_: Any, **__: Any) -> Any:
         raise ZeroDivisionError("a bug")

@@ -124,6 +124,7 @@ def _databases(admin: sa.Engine, prefix: str) -> list[str]:
         return [row[0] for row in rows]
 
 
+@pytest.mark.postgres
 def test_a_scratch_database_is_created_empty_and_dropped_with_open_connections() -> None:
     try:
         admin = sa.create_engine(PG_ADMIN_URL)
@@ -151,6 +152,7 @@ def test_a_scratch_database_is_created_empty_and_dropped_with_open_connections()
         admin.dispose()
 
 
+@pytest.mark.postgres
 def test_two_scratch_databases_never_share_a_name() -> None:
     try:
         with (

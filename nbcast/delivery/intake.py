@@ -32,6 +32,7 @@ from nbcast.definitions.parameters import schema_from_json
 from nbcast.definitions.spec import ReportSpec, parse_spec
 from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
 from nbcast.executor.models import OutboxRow
+from nbcast.leasing import skip_locked
 from nbcast.scheduler.models import Run
 
 __all__ = ["consume_outbox", "spec_of"]
@@ -66,9 +67,7 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
         .limit(limit)
     )
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    rows = session.execute(query).all()
+    rows = session.execute(skip_locked(dialect, query)).all()
     if not rows:
         return 0
     runs = session.execute(

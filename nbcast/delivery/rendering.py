@@ -43,6 +43,7 @@ from nbcast.delivery.intake import spec_of
 from nbcast.delivery.models import Rendition, RenditionState
 from nbcast.delivery.renderers import Renderer, renderers
 from nbcast.delivery.report import ReportInfo
+from nbcast.leasing import skip_locked
 from nbcast.retry import backoff
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.models import Tenant
@@ -257,9 +258,7 @@ class RenderQueue:
                 .order_by(Rendition.id)
                 .limit(limit)
             )
-            if self.db.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            ids = list(session.scalars(query))
+            ids = list(session.scalars(skip_locked(self.db.dialect, query)))
             if not ids:
                 return []
             spent = sa.and_(Rendition.id.in_(ids), Rendition.attempt >= self.max_attempts)

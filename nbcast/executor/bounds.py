@@ -22,21 +22,16 @@ usage rows / bytes       0 … 2**63 - 1 (``BIGINT``)       clamped (NaN: 0)
 usage seconds            0 … :data:`MAX_RUN_TIMEOUT_S`    clamped (NaN: 0)
 =======================  ===============================  ===========================
 
-Why :func:`retry_delay` exists next to :func:`nbcast.retry.backoff`: ``backoff``
-computes ``base * 2 ** (attempt - 1)``, and for an attempt number above about 1,024
-the integer power cannot be converted to a float (``OverflowError``) — even with
-``base = 0`` — which made recording such a run's failure, and the reaper's whole batch
-of expired leases, fail on every pass. A tenant may allow that many attempts
-(``max_attempts`` has no upper bound), so the exponent is capped here.
+A retry's wait is :func:`nbcast.retry.backoff`, bounded there for any attempt number
+(a tenant may allow more than 1,024 attempts, where an unbounded power overflows).
 """
 
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 
 from nbcast.errors import ConfigError
-from nbcast.retry import backoff
+from nbcast.retry import MAX_BACKOFF_EXPONENT, MAX_BACKOFF_S
 
 __all__ = [
     "MAX_BACKOFF_EXPONENT",
@@ -47,19 +42,12 @@ __all__ = [
     "backoff_seconds",
     "counter",
     "lease_seconds",
-    "retry_delay",
     "run_timeout",
     "usage_seconds",
 ]
 
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 """The longest run timeout a quota can give an attempt (seconds)."""
-
-MAX_BACKOFF_S = 24 * 3600.0
-"""The longest wait before a retry, and the largest backoff base (seconds)."""
-
-MAX_BACKOFF_EXPONENT = 64
-"""``2 ** 64`` times any base already passes every cap."""
 
 MAX_LEASE_S = 24 * 3600.0
 """The longest lease (seconds)."""
@@ -74,14 +62,6 @@ def run_timeout(value: float) -> float:
     if math.isnan(seconds):
         return float(MAX_RUN_TIMEOUT_S)
     return min(max(seconds, 1.0), float(MAX_RUN_TIMEOUT_S))
-
-
-def retry_delay(attempt: int, *, base: float, cap: float) -> timedelta:
-    """:func:`nbcast.retry.backoff` with its exponent, base and cap bounded."""
-    exponent = min(max(int(attempt), 0), MAX_BACKOFF_EXPONENT)
-    return backoff(
-        exponent, base=min(max(base, 0.0), MAX_BACKOFF_S), cap=min(max(cap, 0.0), MAX_BACKOFF_S)
-    )
 
 
 def backoff_seconds(value: float, what: str = "retry backoff") -> float:

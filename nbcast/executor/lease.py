@@ -16,6 +16,7 @@ from nbcast.executor import bounds
 from nbcast.executor.attempt import AttemptJob
 from nbcast.executor.engines.base import Resources
 from nbcast.executor.quotas import Quota
+from nbcast.retry import backoff
 from nbcast.sandbox.policy import SandboxTemplate
 
 __all__ = ["Backoff", "Lease", "Success", "lease_lost"]
@@ -165,7 +166,7 @@ class Backoff:
 
     def delay(self, attempt: int) -> timedelta:
         """The wait after failed attempt number ``attempt`` (random, full jitter)."""
-        return bounds.retry_delay(attempt, base=self.base, cap=self.cap)
+        return backoff(attempt, base=self.base, cap=self.cap)
 
 
 def lease_lost(lease: Lease) -> LeaseLostError:

@@ -52,7 +52,8 @@ from nbcast.executor import bounds
 from nbcast.executor.lease import Backoff, Lease, Success, lease_lost
 from nbcast.executor.models import Outcome
 from nbcast.executor.quotas import record_usage
-from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS, rowcount, skip_locked
+from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS
+from nbcast.leasing import rowcount, skip_locked
 from nbcast.scheduler.models import LEASED_STATES, CancelRequest, RunReason, RunState
 from nbcast.tenancy.budgets import Use, add_usage, usage_day
 from nbcast.tenancy.models import DEFAULT_MAX_ATTEMPTS, Tenant

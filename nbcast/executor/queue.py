@@ -55,7 +55,8 @@ from nbcast.executor import bounds
 from nbcast.executor.leases import Backoff, Lease, Leases, Reaper, Success
 from nbcast.executor.models import RunAttempt
 from nbcast.executor.quotas import Quota, hold_over_budget, live_runs
-from nbcast.executor.sql import RUNS, skip_locked
+from nbcast.executor.sql import RUNS
+from nbcast.leasing import skip_locked
 from nbcast.scheduler.models import LEASED_STATES, CancelRequest, Run, RunState
 from nbcast.tenancy.budgets import budget_state, usage_day
 from nbcast.tenancy.models import Tenant
@@ -385,14 +386,14 @@ class RunQueue:
         wanted = sa.values(
             sa.column("tid", sa.Integer), sa.column("room", sa.Integer), name="wanted"
         ).data(list(rooms.items()))
-        per_tenant = (
+        per_tenant = skip_locked(
+            "postgresql",
             sa.select(*columns)
             .where(Run.tenant_id == wanted.c.tid, eligible)
             .order_by(Run.not_before, Run.id)
-            .limit(wanted.c.room * CANDIDATES_PER_SLOT)
-            .with_for_update(of=Run, skip_locked=True)
-            .lateral("picked")
-        )
+            .limit(wanted.c.room * CANDIDATES_PER_SLOT),
+            of=Run,
+        ).lateral("picked")
         return [
             (r[0], r[1], r[2], r[3], r[4])
             for r in session.execute(

@@ -32,7 +32,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.executor import bounds
-from nbcast.executor.sql import RUNS, USAGE, rowcount
+from nbcast.executor.sql import RUNS, USAGE
+from nbcast.leasing import rowcount
 from nbcast.scheduler.models import LEASED_STATES, RunReason, RunState
 
 __all__ = [

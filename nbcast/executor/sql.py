@@ -8,14 +8,14 @@ work or bulk-update bookkeeping on the hot path — while the ORM models in
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, cast
+from typing import cast
 
 import sqlalchemy as sa
 
 from nbcast.executor.models import OutboxRow, RunAttempt, WarehouseUsage
 from nbcast.scheduler.models import Run
 
-__all__ = ["ATTEMPTS", "OUTBOX", "RUNS", "USAGE", "rowcount", "skip_locked"]
+__all__ = ["ATTEMPTS", "OUTBOX", "RUNS", "USAGE"]
 
 RUNS = cast(sa.Table, Run.__table__)
 """``runs``."""
@@ -25,19 +25,3 @@ USAGE = cast(sa.Table, WarehouseUsage.__table__)
 """``warehouse_usage``."""
 OUTBOX = cast(sa.Table, OutboxRow.__table__)
 """``delivery_outbox``: the executor inserts a row when a run succeeds (nothing else)."""
-
-_Select = TypeVar("_Select", bound=sa.Select[Any])
-
-
-def skip_locked(dialect: str, query: _Select, *, key_share: bool = False) -> _Select:
-    """``query`` ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (``FOR NO KEY UPDATE`` with
-    ``key_share``, which does not block foreign-key checks against the row); as it is
-    on SQLite, where one writer at a time needs no row locks."""
-    if dialect == "postgresql":
-        return query.with_for_update(skip_locked=True, key_share=key_share)
-    return query
-
-
-def rowcount(result: Any) -> int:
-    """How many rows an UPDATE or DELETE matched."""
-    return int(getattr(result, "rowcount", 0) or 0)

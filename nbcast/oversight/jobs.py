@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
+from nbcast.leasing import LeaseColumns, free, held, released, rowcount, taken
 from nbcast.oversight.models import OversightJob
 
 if TYPE_CHECKING:
@@ -45,13 +46,16 @@ __all__ = [
     "frequent_checks",
 ]
 
-log = logging.getLogger("nbcast.tenancy")
+log = logging.getLogger("nbcast.oversight")
 
 FREQUENT_EVERY = timedelta(seconds=30)
 """Clock time between two runs of the frequent checks in one replica."""
 
 DAILY_LEASE = timedelta(hours=1)
 """How long a replica holds a daily job before another may take it over."""
+
+JOB_LEASE = LeaseColumns(OversightJob.lease_owner, OversightJob.lease_expires_at)
+"""A daily job's lease (:mod:`nbcast.leasing`; no fencing token: one job, one day)."""
 
 Job = Callable[[Database, Clock], dict[str, Any]]
 """A job: does its work, returns a small JSON-able summary."""
@@ -139,7 +143,7 @@ class JobRunner:
             summary = job(self.db, self.clock)
         except Exception:
             self.failures += 1
-            log.exception("governance job %s failed; it is retried at the next step", name)
+            log.exception("oversight job %s failed; it is retried at the next step", name)
             return False
         done[name] = {**summary, "seconds": round(time.monotonic() - started, 3)}
         return True
@@ -154,15 +158,11 @@ class JobRunner:
                 .where(
                     OversightJob.name == name,
                     sa.or_(OversightJob.last_day.is_(None), OversightJob.last_day < today),
-                    sa.or_(
-                        OversightJob.lease_expires_at.is_(None),
-                        OversightJob.lease_expires_at < now,
-                        OversightJob.lease_owner == self.owner,
-                    ),
+                    sa.or_(free(JOB_LEASE, now), held(JOB_LEASE, self.owner)),
                 )
-                .values(lease_owner=self.owner, lease_expires_at=now + DAILY_LEASE)
+                .values(taken(JOB_LEASE, self.owner, now, DAILY_LEASE))
             )
-            return bool(getattr(result, "rowcount", 0))
+            return bool(rowcount(result))
 
     def _ran_today(self, name: str, today: Any) -> bool:
         with self.db.session() as session:
@@ -176,13 +176,12 @@ class JobRunner:
         with self.db.session() as session:
             session.execute(
                 sa.update(OversightJob)
-                .where(OversightJob.name == name, OversightJob.lease_owner == self.owner)
+                .where(OversightJob.name == name, held(JOB_LEASE, self.owner))
                 .values(
                     last_day=now.astimezone(UTC).date(),
                     last_run_at=now,
-                    lease_owner=None,
-                    lease_expires_at=None,
                     last_result=summary,
+                    **released(JOB_LEASE),
                 )
             )
 
@@ -190,6 +189,6 @@ class JobRunner:
         with self.db.session() as session:
             session.execute(
                 sa.update(OversightJob)
-                .where(OversightJob.name == name, OversightJob.lease_owner == self.owner)
-                .values(lease_owner=None, lease_expires_at=None)
+                .where(OversightJob.name == name, held(JOB_LEASE, self.owner))
+                .values(released(JOB_LEASE))
             )

@@ -69,6 +69,7 @@ from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.models import Delivery, Rendition
 from nbcast.errors import ConfigError
 from nbcast.executor.models import RunAttempt
+from nbcast.leasing import skip_locked
 from nbcast.limits import clip
 from nbcast.oversight.cost import fold_costs
 from nbcast.oversight.retention_plan import (
@@ -221,9 +222,7 @@ class _Pass:
     def _lock(self, query: Any) -> Any:
         """``query`` ``FOR UPDATE SKIP LOCKED`` on PostgreSQL when deleting (two passes
         at once never take the same runs)."""
-        if self.db.dialect == "postgresql" and not self.dry_run:
-            return query.with_for_update(skip_locked=True)
-        return query
+        return query if self.dry_run else skip_locked(self.db.dialect, query)
 
     # -- 1. files ---------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ from nbcast.clock import Clock, format_instant
 from nbcast.db import Database, insert_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.delivery.models import Delivery
+from nbcast.leasing import skip_locked
 from nbcast.oversight.models import SlaMiss, SlaWatermark
 from nbcast.oversight.sla_verdict import Sent, Slot, SlotRow, group_slots, judge
 from nbcast.scheduler.models import Run, RunKind, ScheduleState
@@ -331,9 +332,7 @@ def _lock_watermark(session: Session, c: _Candidate, dialect: str) -> datetime |
     query = sa.select(SlaWatermark.checked_until).where(
         SlaWatermark.definition_id == c.definition_id
     )
-    if dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    return session.scalar(query)
+    return session.scalar(skip_locked(dialect, query))
 
 
 def _slot_rows(

@@ -56,6 +56,7 @@ from nbcast.errors import (
     TransientChannelError,
 )
 from nbcast.faults import crash_point
+from nbcast.leasing import LeaseColumns, free, held, released, rowcount, skip_locked, taken
 from nbcast.oversight.models import SlaMiss
 from nbcast.oversight.sla import AlertState
 from nbcast.scheduler.models import Run, RunKind
@@ -63,9 +64,14 @@ from nbcast.tenancy.models import Tenant
 
 __all__ = ["AlertWorker"]
 
-log = logging.getLogger("nbcast.delivery.sla")
+log = logging.getLogger("nbcast.oversight.sla_alerts")
 
 PENDING, SENT, FAILED = AlertState.PENDING.value, AlertState.SENT.value, AlertState.FAILED.value
+
+ALERT_LEASE = LeaseColumns(
+    SlaMiss.alert_lease_owner, SlaMiss.alert_lease_expires_at, SlaMiss.alert_attempts
+)
+"""An alert's lease (:mod:`nbcast.leasing`): the attempt count is its fencing token."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,26 +164,24 @@ class AlertWorker:
                 .where(
                     SlaMiss.alert_state == PENDING,
                     SlaMiss.alert_not_before <= now,
-                    sa.or_(
-                        SlaMiss.alert_lease_expires_at.is_(None),
-                        SlaMiss.alert_lease_expires_at < now,
-                    ),
+                    free(ALERT_LEASE, now),
                 )
                 .order_by(SlaMiss.alert_not_before, SlaMiss.id)
                 .limit(1)
             )
-            if self.db.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            miss = session.scalar(query)
+            miss = session.scalar(skip_locked(self.db.dialect, query))
             if miss is None:
                 return None
             # A lease left behind: its worker died after claiming, perhaps after sending.
             unknown = miss.alert_lease_owner is not None or bool(
                 (miss.alert_error or {}).get("outcome_unknown")
             )
-            miss.alert_attempts += 1
-            miss.alert_lease_owner = self.owner
-            miss.alert_lease_expires_at = now + self.lease
+            session.execute(
+                sa.update(SlaMiss)
+                .where(SlaMiss.id == miss.id)
+                .values(taken(ALERT_LEASE, self.owner, now, self.lease))
+            )
+            session.refresh(miss)
             names = session.execute(
                 sa.select(Tenant.name, ReportDefinition.name, ReportDefinition.latest_version)
                 .join(ReportDefinition, ReportDefinition.tenant_id == Tenant.id)
@@ -338,20 +342,10 @@ class AlertWorker:
         with self.db.session() as session:
             result = session.execute(
                 sa.update(SlaMiss)
-                .where(
-                    SlaMiss.id == claimed.id,
-                    SlaMiss.alert_attempts == claimed.attempt,
-                    SlaMiss.alert_lease_owner == self.owner,
-                )
-                .values(
-                    alert_state=state,
-                    alert_error=error,
-                    alert_lease_owner=None,
-                    alert_lease_expires_at=None,
-                    **values,
-                )
+                .where(SlaMiss.id == claimed.id, held(ALERT_LEASE, self.owner, claimed.attempt))
+                .values(alert_state=state, alert_error=error, **released(ALERT_LEASE), **values)
             )
-            written = bool(getattr(result, "rowcount", 0))
+            written = bool(rowcount(result))
         if not written:
             log.warning("SLA alert %d: lease lost before its answer was recorded", claimed.id)
         return written

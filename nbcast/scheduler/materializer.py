@@ -60,7 +60,9 @@ from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.spec import ScheduleSpec
 from nbcast.faults import crash_point
+from nbcast.leasing import skip_locked
 from nbcast.limits import MAX_SLOTS_PER_PASS
+from nbcast.retry import backoff_ceiling
 from nbcast.scheduler.models import (
     ACTIVE_STATES,
     CancelReason,
@@ -105,15 +107,10 @@ class TickResult:
             self.by_state[d.state.value] = self.by_state.get(d.state.value, 0) + 1
 
 
-_FAILURE_BACKOFF_BASE = 30.0
-_FAILURE_BACKOFF_CAP = 3600.0
-
-
 def failure_backoff(failures: int) -> timedelta:
     """When a definition that failed ``failures`` times in a row is tried again:
     30 s, doubling, at most an hour (deterministic: replicas agree)."""
-    exponent = min(max(failures - 1, 0), 20)
-    return timedelta(seconds=min(_FAILURE_BACKOFF_CAP, _FAILURE_BACKOFF_BASE * 2**exponent))
+    return timedelta(seconds=backoff_ceiling(failures, base=30.0, cap=3600.0))
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -272,9 +269,7 @@ class Materializer:
         return changed
 
     def _lock(self, query: Any) -> Any:
-        if self.db.dialect == "postgresql":
-            return query.with_for_update(skip_locked=True)
-        return query
+        return skip_locked(self.db.dialect, query)
 
     # -- materialize ------------------------------------------------------------
 

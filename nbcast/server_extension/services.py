@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nbcast.clock import format_instant
+from nbcast.retry import backoff_ceiling
 
 __all__ = [
     "BACKOFF_BASE",
@@ -135,7 +136,7 @@ def backoff_delay(failures: int) -> float:
     lives (module docstring)."""
     if failures <= 0:
         return 0.0
-    return min(BACKOFF_BASE * float(2 ** min(failures - 1, 30)), BACKOFF_MAX)
+    return backoff_ceiling(failures, base=BACKOFF_BASE, cap=BACKOFF_MAX)
 
 
 @dataclass

@@ -11,21 +11,21 @@ import pytest
 
 from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
-from nbcast.cli import main
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.control import run_now
 from nbcast.testing.smtp import smtp_server
+from tests.command import run as run_cli
 from tests.delivery.plane import executed_notebook
 from tests.members import grant
 from tests.notebooks import make_notebook
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
+    """``nbcast ARGV``: exit status and everything it printed."""
+    code, out, err = run_cli(capsys, *argv)
     return code, out + err
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from nbcast.access import Caller
 from nbcast.artifacts import open_store
-from nbcast.cli import main
 from nbcast.clock import FixedClock, SystemClock
 from nbcast.config import load_settings
 from nbcast.db import Database
@@ -27,6 +26,7 @@ from nbcast.scheduler.control import run_now
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.tenants import set_quota
 from nbcast.views.runs import get_run
+from tests.command import run as cli
 from tests.members import grant
 from tests.notebooks import make_notebook
 
@@ -49,12 +49,6 @@ def people(db: Database) -> None:
     grant(db, "default", "t")
     for reader in ("ana", "tester"):
         grant(db, "default", reader, "viewer")
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ def test_a_nonsense_ceiling_is_refused(acme: Database, values: dict[str, object]
 def test_the_command_line_sets_ceilings_and_refuses_an_admin_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.governance.cli import act_as
+    from tests.command import act_as
 
     monkeypatch.delenv("NBCAST_DATABASE_URL", raising=False)
     assert (

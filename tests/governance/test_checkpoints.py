@@ -252,7 +252,7 @@ def test_the_home_key_is_made_private_and_a_readable_one_is_refused(tmp_path: Pa
 def test_the_command_line_checkpoints_exports_and_verifies(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tests.governance.cli import act_as
+    from tests.command import act_as
 
     monkeypatch.delenv("NBCAST_DATABASE_URL", raising=False)
     home = Path(os.environ["NBCAST_HOME"])

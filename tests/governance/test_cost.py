@@ -28,7 +28,7 @@ from nbcast.oversight.cost import CostReport, cost_report, plot_report
 from nbcast.oversight.retention import run_retention, set_retention
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.models import Operator
-from tests.governance.cli import act_as
+from tests.command import act_as
 from tests.governance.history import START, History, make_history, store_files, table_counts
 from tests.members import grant
 

@@ -23,7 +23,7 @@ from nbcast.db import Database
 from nbcast.errors import ConflictError
 from nbcast.tenancy.members import revoke_operator, set_role
 from nbcast.tenancy.models import Operator, User
-from tests.governance.cli import act_as
+from tests.command import act_as
 from tests.governance.history import table_counts
 from tests.members import grant
 

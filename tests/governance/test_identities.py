@@ -39,8 +39,8 @@ from nbcast.tenancy.roles import (
     seed_operators,
 )
 from nbcast.tenancy.tenants import ensure_tenant
+from tests.command import act_as
 from tests.conftest import scratch_pg_database
-from tests.governance.cli import act_as
 from tests.governance.history import table_counts
 from tests.members import grant
 from tests.notebooks import make_notebook

@@ -31,7 +31,7 @@ from nbcast.oversight.retention_plan import check_policy
 from nbcast.scheduler.models import FINISHED_STATES, Run
 from nbcast.tenancy import audit
 from nbcast.tenancy.models import AuditEntry, Operator, Tenant
-from tests.governance.cli import act_as
+from tests.command import act_as
 from tests.governance.history import (
     SHARED,
     START,

@@ -42,9 +42,7 @@ def test_the_oversight_service_checkpoints_the_audit_log_and_the_scheduler_does_
     home = tmp_path / "home"
     export = tmp_path / "elsewhere" / "checkpoints.jsonl"
     export.parent.mkdir()
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("NBCAST_DATABASE_URL", "NBCAST_TENANT")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("NBCAST_DATABASE_URL", "NBCAST_TENANT")}
     env.update(NBCAST_HOME=str(home), NBCAST_AUDIT_EXPORT=str(export))
     env["NBCAST_HEARTBEAT_SECONDS"] = "0.2"
     subprocess.run(

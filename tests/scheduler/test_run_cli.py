@@ -12,18 +12,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from nbcast.cli import main
 from nbcast.db import Base, Database, import_models
 from nbcast.scheduler.models import Run
+from tests.command import run
 from tests.notebooks import make_notebook
 
 NOW = "2026-11-02T09:00:00Z"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def binding(**fields: Any) -> str:

@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nbcast.cli import main
+from tests.command import run
 from tests.notebooks import make_notebook
 
 RUN_KEYS = {"id", "definition", "slot_key", "kind", "state", "reason", "fire_at", "version"}
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

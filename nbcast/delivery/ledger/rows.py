@@ -41,6 +41,7 @@ from nbcast.delivery.models import (
     Rendition,
     RenditionState,
 )
+from nbcast.leasing import skip_locked
 from nbcast.scheduler.models import Run
 
 __all__ = [
@@ -113,8 +114,7 @@ def claim_due(
         .order_by(Delivery.not_before, Delivery.id)
         .limit(limit)
     )
-    if db.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=Delivery)
+    query = skip_locked(db.dialect, query, of=Delivery)
     with db.session() as session:
         ids = list(session.scalars(query))
         if not ids:
@@ -267,9 +267,7 @@ def reap_expired(db: Database, *, now: datetime, max_attempts: Callable[[str], o
             .where(Delivery.state == DeliveryState.SENDING.value, Delivery.lease_expires_at < now)
             .limit(REAP_BATCH)
         )
-        if db.dialect == "postgresql":
-            query = query.with_for_update(skip_locked=True)
-        expired = session.execute(query).all()
+        expired = session.execute(skip_locked(db.dialect, query)).all()
         for delivery_id, attempt, retry_base, channel in expired:
             limit = max_attempts(channel)
             if isinstance(limit, bool) or not isinstance(limit, int):

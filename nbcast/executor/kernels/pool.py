@@ -80,6 +80,7 @@ from nbcast.executor.kernels.demand import Demand
 from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.kernels.process import KernelProcess, warmup_code
 from nbcast.executor.kernels.slot import Claim, Slot
+from nbcast.retry import backoff_ceiling
 
 if TYPE_CHECKING:
     from nbcast.executor.kernels.sandboxed import KernelBox
@@ -442,7 +443,7 @@ class KernelPool:
             claim = slot.claim
             if claim is None:
                 self._failures += 1
-                delay = min(_MAX_BACKOFF_S, 0.5 * 2 ** (self._failures - 1))
+                delay = backoff_ceiling(self._failures, base=0.5, cap=_MAX_BACKOFF_S)
                 log.warning(
                     "pooled %s kernel failed (%s); refill in %.1fs", slot.kernel_name, exc, delay
                 )
