@@ -309,3 +309,15 @@ def test_states_are_spelled_by_their_enums() -> None:
             ):
                 found.append(f"{name}:{node.lineno} {node.value!r}")
     assert found == []
+
+
+def test_only_the_definitions_plane_parses_the_nbcast_block() -> None:
+    """Every other layer takes a compiled version (:mod:`nbcast.definitions.compiled`)."""
+    outside = [
+        f"{module}:{line}"
+        for module in MODULES
+        if not module.startswith("nbcast.definitions")
+        for target, name, line in _imports(module)
+        if name == "parse_spec" or target.endswith(".parse_spec")
+    ]
+    assert outside == []

@@ -23,7 +23,7 @@ from nbcast.clock import SystemClock
 from nbcast.config import prepare_home
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import AttemptJob, AttemptReport
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.worker import Worker, default_work_dir
 from nbcast.scheduler.control import run_now
@@ -211,7 +211,7 @@ def test_a_run_folder_is_private_in_a_ray_worker(ray_cluster: str, tmp_path: Pat
         artifacts=str(home / "artifacts"),
     )
 
-    def under_permissive_umask(job: AttemptJob) -> AttemptOutcome:
+    def under_permissive_umask(job: AttemptJob) -> AttemptReport:
         os.umask(0o022)
         return _run_in_ray(job)
 

@@ -111,7 +111,7 @@ _CALENDAR = re.compile(r"[A-Z]{2,3}(-[A-Z0-9]{1,8})?", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class PeriodStep:
     """One shift (``unit``, ``n``, optional ``calendar``) or snap (``to``)."""
 
     unit: str | None = None
@@ -125,7 +125,7 @@ class Binding:
     """A validated binding (module docstring)."""
 
     base: str
-    steps: tuple[Step, ...]
+    steps: tuple[PeriodStep, ...]
     format: str
     path: str = field(default="", compare=False)
     """The field it was given in (``report_date``), named by resolution errors."""
@@ -174,7 +174,7 @@ def parse_binding(value: Any, path: str) -> Binding:
     return Binding(base=base, steps=steps, format=fmt, path=path)
 
 
-def _step(item: Any, path: str) -> Step:
+def _step(item: Any, path: str) -> PeriodStep:
     if not isinstance(item, dict) or not item:
         raise MetadataError(path, 'a step is an object: one unit (e.g. {"days": -1}) or {"to": …}')
     if "to" in item:
@@ -182,7 +182,7 @@ def _step(item: Any, path: str) -> Step:
             raise MetadataError(path, "a snap has only 'to'")
         if item["to"] not in SNAPS:
             raise MetadataError(f"{path}.to", f"{clip(item['to'])} is not one of {'|'.join(SNAPS)}")
-        return Step(to=item["to"])
+        return PeriodStep(to=item["to"])
     extra = set(item) - set(UNITS) - {"calendar"}
     if extra:
         raise MetadataError(
@@ -202,7 +202,7 @@ def _step(item: Any, path: str) -> Step:
         if unit != "business_days":
             raise MetadataError(f"{path}.calendar", "only business_days take a calendar")
         _check_calendar(calendar, f"{path}.calendar")
-    return Step(unit=unit, n=n, calendar=calendar)
+    return PeriodStep(unit=unit, n=n, calendar=calendar)
 
 
 def _check_pattern(pattern: str, path: str) -> None:
@@ -296,7 +296,7 @@ def _wall(time: datetime, late: bool, zone: ZoneInfo) -> _Wall:
     return _Wall(time, late=late and len(_instants(time, zone)) > 1)
 
 
-def _apply(step: Step, wall: _Wall, zone: ZoneInfo) -> _Wall:
+def _apply(step: PeriodStep, wall: _Wall, zone: ZoneInfo) -> _Wall:
     if step.to is not None:
         # A start is the period's first instant, an end its last: in a fold, the first
         # and the last pass.

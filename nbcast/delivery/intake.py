@@ -27,9 +27,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.db import insert_ignore
+from nbcast.definitions.compiled import compile_version
 from nbcast.definitions.models import DefinitionVersion
-from nbcast.definitions.parameters import schema_from_json
-from nbcast.definitions.spec import ReportSpec, parse_spec
+from nbcast.definitions.spec import ReportSpec
 from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
 from nbcast.executor.models import OutboxRow
 from nbcast.leasing import skip_locked
@@ -47,11 +47,11 @@ def spec_of(
     if cache is not None and version_id in cache:
         return cache[version_id]
     row = session.execute(
-        sa.select(DefinitionVersion.spec, DefinitionVersion.parameter_schema).where(
-            DefinitionVersion.id == version_id
-        )
+        sa.select(
+            DefinitionVersion.spec, DefinitionVersion.parameter_schema, DefinitionVersion.sha256
+        ).where(DefinitionVersion.id == version_id)
     ).one()
-    spec = parse_spec(row.spec, schema_from_json(row.parameter_schema))
+    spec = compile_version(row.spec, row.parameter_schema, sha256=row.sha256).spec
     if cache is not None:
         cache[version_id] = spec
     return spec

@@ -7,7 +7,7 @@ notebook into a fresh run folder, prepares the warehouse context the notebook's
 executes the notebook with papermill — on a pre-started kernel when a
 :class:`~nbcast.executor.kernels.KernelPool` is given — under the run's timeout,
 stores the executed notebook in the artifact store, and returns an
-:class:`AttemptOutcome`. Recording the outcome is the worker's job, through the
+:class:`AttemptReport`. Recording the outcome is the worker's job, through the
 fenced writes of :class:`~nbcast.executor.leases.Leases`, so an attempt whose lease
 was lost in the meantime cannot complete its run whichever engine ran it.
 
@@ -22,7 +22,7 @@ Decisions:
   rule). The attempt stays SUCCEEDED — exiting is how a notebook says "nothing to report
   today" — but says so: the executed notebook's ``metadata["nbcast"]["ended_early"]``
   is ``{"cell_index": i, "code": 0}`` (written before the notebook is stored), the
-  outcome's :attr:`AttemptOutcome.reason` is ``ended_early`` (the run's ``reason``
+  outcome's :attr:`AttemptReport.reason` is ``ended_early`` (the run's ``reason``
   column), and :func:`nbcast.delivery.tables.has_rows` is False for it, so
   ``only_if: results`` subscriptions are SUPPRESSED ``no_results``; the others still
   get the notebook as far as it ran. ``SystemExit`` with any other code (``sys.exit(3)``,
@@ -32,7 +32,7 @@ Decisions:
   that the pinned notebook is a notebook, that the run's parameters validate against its
   parameters cell, and that its kernelspec is installed here
   (:mod:`nbcast.executor.preflight`). A failure of these — or ``NoSuchKernel`` raised
-  later — is FAILED with :attr:`AttemptOutcome.retryable` False and a ``reason``
+  later — is FAILED with :attr:`AttemptReport.retryable` False and a ``reason``
   (``invalid_notebook``, ``invalid_parameters``, ``no_such_kernel``), also kept in the
   error as ``error["reason"]`` and ``error["retryable"]``; the worker ends the run at
   once with that reason instead of retrying it.
@@ -107,7 +107,7 @@ __all__ = [
     "MAX_ERROR_TEXT",
     "STALE_RUN_FOLDER_S",
     "AttemptJob",
-    "AttemptOutcome",
+    "AttemptReport",
     "execute_attempt",
     "sweep_run_folders",
     "warehouse_context",
@@ -150,7 +150,7 @@ class AttemptJob:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AttemptOutcome:
+class AttemptReport:
     """How an attempt ended, with what the worker records."""
 
     state: RunState
@@ -269,7 +269,7 @@ def _setup_code(run_dir: Path, context_path: Path) -> str:
 
 def execute_attempt(
     job: AttemptJob, *, pool: Any = None, cancel: threading.Event | None = None
-) -> AttemptOutcome:
+) -> AttemptReport:
     """Execute ``job`` (module docstring); never raises for notebook problems."""
     started = time.monotonic()
     run_dir = Path(job.work_dir) / f"run-{job.run_id}-attempt-{job.attempt}"
@@ -287,7 +287,7 @@ def _execute(
     *,
     pool: Any,
     cancel: threading.Event | None,
-) -> AttemptOutcome:
+) -> AttemptReport:
     """:func:`execute_attempt` once the run folder exists (it removes it afterwards).
 
     A sandboxed attempt's kernel is acquired first: the kernel sees only its own run
@@ -380,7 +380,7 @@ def _execute(
     retryable = not (state is RunState.FAILED and reason is not None)
     if error is not None and not retryable:
         error.update(reason=reason, retryable=False)
-    return AttemptOutcome(
+    return AttemptReport(
         state=state,
         duration_s=time.monotonic() - started,
         kernel_start_s=kernel_start,

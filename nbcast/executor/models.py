@@ -21,7 +21,7 @@ __all__ = ["OutboxRow", "Outcome", "RunAttempt", "WarehouseUsage"]
 class Outcome(StrEnum):
     """How one attempt ended (the ``run_attempts.outcome`` column; None while it runs).
 
-    Not to be confused with :class:`nbcast.executor.attempt.AttemptOutcome`, the
+    Not to be confused with :class:`nbcast.executor.attempt.AttemptReport`, the
     engine's report of an attempt, whose ``state`` becomes one of these.
     """
 

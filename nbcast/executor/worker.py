@@ -11,7 +11,7 @@ One loop step (:meth:`Worker.step`):
 4. record every attempt the engine reports ended, through the fenced writes: an
    outcome that arrives after its lease was lost is refused and logged, and the run
    stays with whichever attempt holds it now. A failure no retry can fix
-   (:attr:`~nbcast.executor.attempt.AttemptOutcome.retryable` False) ends its run at
+   (:attr:`~nbcast.executor.attempt.AttemptReport.retryable` False) ends its run at
    once, with its reason.
 
 One run's trouble stays with that run. A claimed run whose job cannot be built or
@@ -50,7 +50,7 @@ from nbcast.clock import Clock
 from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.errors import LeaseLostError
-from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptOutcome, sweep_run_folders
+from nbcast.executor.attempt import MAX_ERROR_TEXT, AttemptReport, sweep_run_folders
 from nbcast.executor.engines.base import Engine
 from nbcast.executor.leases import Lease, Success
 from nbcast.executor.preflight import permanent_reason
@@ -135,7 +135,7 @@ class Worker(Service):
         self.stats = WorkerStats()
         self._in_flight: dict[tuple[int, int], _InFlight] = {}
         # Outcomes the database could not take yet: recorded next step.
-        self._unrecorded: list[tuple[int, int, AttemptOutcome]] = []
+        self._unrecorded: list[tuple[int, int, AttemptReport]] = []
         # How often the database refused (not: was away for) an outcome, by attempt.
         self._refusals: dict[tuple[int, int], int] = {}
         self.exit_when_idle = False
@@ -335,11 +335,11 @@ class Worker(Service):
             except Exception as exc:
                 log.warning("heartbeat of run %d failed: %s", key[0], exc)
 
-    def _record(self, ended: list[tuple[int, int, AttemptOutcome]]) -> None:
+    def _record(self, ended: list[tuple[int, int, AttemptReport]]) -> None:
         """Record what ended: the successes of one poll in one transaction
         (:meth:`RunQueue.succeed_many`), every other outcome on its own; an outcome
         that cannot be recorded is kept for the next step (module docstring)."""
-        successes: list[tuple[Lease, AttemptOutcome]] = []
+        successes: list[tuple[Lease, AttemptReport]] = []
         for run_id, attempt, reported in ended:
             flight = self._in_flight.pop((run_id, attempt), None)
             if flight is None:
@@ -352,7 +352,7 @@ class Worker(Service):
         if successes:
             self._record_successes(successes)
 
-    def _record_failure(self, lease: Lease, outcome: AttemptOutcome) -> None:
+    def _record_failure(self, lease: Lease, outcome: AttemptReport) -> None:
         try:
             self.queue.fail(
                 lease,
@@ -376,7 +376,7 @@ class Worker(Service):
         self._recorded(lease.run_id, lease.attempt, outcome)
         self.stats.failed += 1
 
-    def _record_successes(self, batch: list[tuple[Lease, AttemptOutcome]]) -> None:
+    def _record_successes(self, batch: list[tuple[Lease, AttemptReport]]) -> None:
         successes = [
             Success(
                 lease=lease,
@@ -413,7 +413,7 @@ class Worker(Service):
                 self._recorded(*key, outcome)
                 self.stats.succeeded += 1
 
-    def _keep(self, lease: Lease, outcome: AttemptOutcome, exc: Exception) -> None:
+    def _keep(self, lease: Lease, outcome: AttemptReport, exc: Exception) -> None:
         """Keep an outcome the database did not take, heartbeating its lease meanwhile."""
         key = (lease.run_id, lease.attempt)
         if _database_away(exc):
@@ -436,7 +436,7 @@ class Worker(Service):
         self._in_flight[key] = _InFlight(lease, time.monotonic())  # heartbeat it
         self._unrecorded.append((*key, outcome))
 
-    def _recorded(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+    def _recorded(self, run_id: int, attempt: int, outcome: AttemptReport) -> None:
         self._refusals.pop((run_id, attempt), None)
         self.stats.outcomes.append((run_id, attempt, outcome.state.value))
         log.info(
@@ -447,7 +447,7 @@ class Worker(Service):
             outcome.duration_s,
         )
 
-    def _refused(self, run_id: int, attempt: int, outcome: AttemptOutcome) -> None:
+    def _refused(self, run_id: int, attempt: int, outcome: AttemptReport) -> None:
         self._refusals.pop((run_id, attempt), None)
         self.stats.rejected += 1
         log.warning(
@@ -465,7 +465,7 @@ def _database_away(exc: BaseException) -> bool:
     )
 
 
-def _storable(outcome: AttemptOutcome) -> AttemptOutcome:
+def _storable(outcome: AttemptReport) -> AttemptReport:
     """``outcome`` as the database can store it, whichever engine reported it: text
     from a kernel (or an engine) without NUL or lone surrogates, bounded
     (:mod:`nbcast.executor.storable`)."""
@@ -478,7 +478,7 @@ def _storable(outcome: AttemptOutcome) -> AttemptOutcome:
     )
 
 
-def _bare(outcome: AttemptOutcome, exc: BaseException) -> AttemptOutcome:
+def _bare(outcome: AttemptReport, exc: BaseException) -> AttemptReport:
     """``outcome`` without what the database may refuse: no warehouse figures, the
     reason cut to its column, and the error (if any) as plain text, with why it had to
     be reduced."""

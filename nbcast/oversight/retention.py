@@ -74,9 +74,9 @@ from nbcast.limits import clip
 from nbcast.oversight.cost import fold_costs
 from nbcast.oversight.retention_plan import (
     BATCH,
+    DeletedSlotRow,
     Policy,
     Reference,
-    SlotRow,
     Tally,
     artifact_candidates,
     check_policy,
@@ -436,7 +436,7 @@ class _Pass:
         self.counts["deliveries"] += deliveries
         if self.dry_run:
             return
-        slots = [SlotRow(r.slot_key, r.audience, r.state, r.reason) for r in rows]
+        slots = [DeletedSlotRow(r.slot_key, r.audience, r.state, r.reason) for r in rows]
         details: dict[str, Any] = {
             "what": "runs",
             "definition": definition,

@@ -52,9 +52,9 @@ from nbcast.tenancy.models import Tenant
 __all__ = [
     "BATCH",
     "RETAIN_DAYS_MAX",
+    "DeletedSlotRow",
     "Policy",
     "Reference",
-    "SlotRow",
     "Tally",
     "artifact_candidates",
     "check_policy",
@@ -303,7 +303,7 @@ class Tally:
 
 
 @dataclass(frozen=True)
-class SlotRow:
+class DeletedSlotRow:
     """What the audit log keeps of a deleted run row."""
 
     slot_key: str | None
@@ -321,8 +321,8 @@ class SlotRow:
         )
 
 
-def slots_digest(rows: Iterable[SlotRow]) -> str:
-    """SHA-256 (hex) over the rows' encodings (:meth:`SlotRow.encoded`), sorted as
+def slots_digest(rows: Iterable[DeletedSlotRow]) -> str:
+    """SHA-256 (hex) over the rows' encodings (:meth:`DeletedSlotRow.encoded`), sorted as
     strings and joined with ``\\n``: what a ``retention.deleted`` entry keeps, so anyone
     holding a copy of the rows can show they are the ones deleted."""
     lines = sorted(row.encoded() for row in rows)

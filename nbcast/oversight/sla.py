@@ -73,7 +73,7 @@ from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.delivery.models import Delivery
 from nbcast.leasing import skip_locked
 from nbcast.oversight.models import SlaMiss, SlaWatermark
-from nbcast.oversight.sla_verdict import Sent, Slot, SlotRow, group_slots, judge
+from nbcast.oversight.sla_verdict import Sent, SlaSlot, SlaSlotRow, group_slots, judge
 from nbcast.scheduler.models import Run, RunKind, ScheduleState
 from nbcast.tenancy import audit
 from nbcast.tenancy.models import User
@@ -99,10 +99,10 @@ DEFAULT_CHANNEL = "email"
 """The alert channel when ``NBCAST_SLA_CHANNEL`` is unset."""
 
 MAX_SLOTS_PER_DEFINITION = 500
-"""Slot rows of one definition judged in one pass (one transaction)."""
+"""SlaSlot rows of one definition judged in one pass (one transaction)."""
 
 MAX_SLOTS_PER_CHECK = 5_000
-"""Slot rows judged in one pass over every definition."""
+"""SlaSlot rows judged in one pass over every definition."""
 
 MAX_SECONDS_PER_CHECK = 1.0
 """Wall seconds after which a pass takes up no further definition (monotonic time:
@@ -131,16 +131,9 @@ class AlertState(StrEnum):
 def sla_window(block: Any) -> timedelta | None:
     """The ``delivered_within`` of a version's ``sla`` block (None: no SLA, or a block
     that does not validate — a version published before it did)."""
-    if not isinstance(block, Mapping):
-        return None
-    from nbcast.definitions.spec import parse_spec
-    from nbcast.errors import NbcastError
+    from nbcast.definitions.compiled import compile_sla_block
 
-    try:
-        spec = parse_spec({"sla": dict(block)}).sla
-    except NbcastError:
-        return None
-    return None if spec is None else spec.delivered_within
+    return compile_sla_block(block)
 
 
 def alert_route(environ: Mapping[str, str], owner_email: str | None) -> tuple[str, str | None]:
@@ -337,7 +330,7 @@ def _lock_watermark(session: Session, c: _Candidate, dialect: str) -> datetime |
 
 def _slot_rows(
     session: Session, c: _Candidate, low: datetime, high: datetime, limit: int
-) -> tuple[list[SlotRow], bool]:
+) -> tuple[list[SlaSlotRow], bool]:
     """The slot rows firing in ``(low, high]``, oldest first, at most about ``limit``
     and never a fire time cut in two; whether more follow."""
     base = sa.select(
@@ -350,7 +343,7 @@ def _slot_rows(
     )
     order = (Run.fire_at, Run.slot_key, Run.audience)
     rows = [
-        SlotRow(**r._asdict())
+        SlaSlotRow(**r._asdict())
         for r in session.execute(
             base.where(Run.fire_at > low, Run.fire_at <= high).order_by(*order).limit(limit + 1)
         )
@@ -363,7 +356,7 @@ def _slot_rows(
         return kept, True
     # One fire time holds more rows than a batch (audiences × fold keys): take it whole.
     whole = session.execute(base.where(Run.fire_at == cut).order_by(*order))
-    return [SlotRow(**r._asdict()) for r in whole], True
+    return [SlaSlotRow(**r._asdict()) for r in whole], True
 
 
 def _windows(session: Session, version_ids: Iterable[int]) -> dict[int, timedelta | None]:
@@ -380,7 +373,7 @@ def _windows(session: Session, version_ids: Iterable[int]) -> dict[int, timedelt
     return windows
 
 
-def _deliveries(session: Session, rows: Sequence[SlotRow]) -> dict[int, list[Sent]]:
+def _deliveries(session: Session, rows: Sequence[SlaSlotRow]) -> dict[int, list[Sent]]:
     """The deliveries of each row, its reruns' included (a rerun that delivered by the
     deadline keeps the slot's promise; :func:`judge` compares the times)."""
     ids = [r.id for r in rows]
@@ -490,7 +483,7 @@ def _check_definition(
 
 def _miss_row(
     c: _Candidate,
-    slot: Slot,
+    slot: SlaSlot,
     deadline: datetime,
     now: datetime,
     verdict: tuple[str, str],

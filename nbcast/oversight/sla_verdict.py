@@ -10,14 +10,23 @@ from datetime import datetime, timedelta
 from nbcast.delivery.models import DeliveryState
 from nbcast.scheduler.models import RunState
 
-__all__ = ["REASON_CHARS", "Sent", "Slot", "SlotRow", "group_slots", "judge", "reason_of", "span"]
+__all__ = [
+    "REASON_CHARS",
+    "Sent",
+    "SlaSlot",
+    "SlaSlotRow",
+    "group_slots",
+    "judge",
+    "reason_of",
+    "span",
+]
 
 REASON_CHARS = 255
 """The longest reason a miss keeps."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class SlotRow:
+class SlaSlotRow:
     """One row of a slot (one audience)."""
 
     id: int
@@ -30,12 +39,12 @@ class SlotRow:
 
 
 @dataclass(kw_only=True)
-class Slot:
+class SlaSlot:
     """One slot key's rows (one per audience), in audience order."""
 
     key: str
     fire_at: datetime
-    rows: list[SlotRow] = field(default_factory=list)
+    rows: list[SlaSlotRow] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +71,7 @@ def span(delta: timedelta) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def reason_of(row: SlotRow, sent: list[Sent], deadline: datetime) -> str:
+def reason_of(row: SlaSlotRow, sent: list[Sent], deadline: datetime) -> str:
     """Why ``row`` was not delivered by ``deadline``, given its deliveries ``sent``
     (its reruns' included)."""
     state, why = row.state, f" ({row.reason})" if row.reason else ""
@@ -85,7 +94,9 @@ def reason_of(row: SlotRow, sent: list[Sent], deadline: datetime) -> str:
     return f"no delivery SENT by the deadline ({told})"
 
 
-def judge(slot: Slot, deadline: datetime, sent: Mapping[int, list[Sent]]) -> tuple[str, str] | None:
+def judge(
+    slot: SlaSlot, deadline: datetime, sent: Mapping[int, list[Sent]]
+) -> tuple[str, str] | None:
     """The state and reason of a missed slot; None when it was kept: each of its rows
     has a delivery SENT by ``deadline`` (``sent`` by row id)."""
     for row in slot.rows:
@@ -102,14 +113,14 @@ def judge(slot: Slot, deadline: datetime, sent: Mapping[int, list[Sent]]) -> tup
     return None
 
 
-def group_slots(rows: Sequence[SlotRow]) -> list[list[Slot]]:
+def group_slots(rows: Sequence[SlaSlotRow]) -> list[list[SlaSlot]]:
     """Rows as slots, the slots grouped by fire time (oldest first)."""
-    groups: list[list[Slot]] = []
+    groups: list[list[SlaSlot]] = []
     for row in rows:
         if not groups or groups[-1][0].fire_at != row.fire_at:
             groups.append([])
         group = groups[-1]
         if not group or group[-1].key != row.slot_key:
-            group.append(Slot(key=row.slot_key, fire_at=row.fire_at))
+            group.append(SlaSlot(key=row.slot_key, fire_at=row.fire_at))
         group[-1].rows.append(row)
     return groups

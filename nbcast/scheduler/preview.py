@@ -187,11 +187,10 @@ def preview_definition(
     schema. A definition without a schedule is a :class:`ScheduleError`.
     """
     from nbcast.definitions.bindings import resolve_parameters
-    from nbcast.definitions.parameters import schema_from_json
-    from nbcast.definitions.spec import parse_spec
+    from nbcast.definitions.compiled import compile_version
     from nbcast.scheduler.period import interval_schedule, slot_periods
 
-    spec = parse_spec(block, schema_from_json(schema))
+    spec = compile_version(block, schema).spec
     if spec.schedule is None:
         raise ScheduleError("the definition has no schedule to preview (it runs on request)")
     low = _bound(range_from, spec.schedule.timezone, "from")

@@ -46,9 +46,9 @@ from sqlalchemy.orm import Session
 
 from nbcast.definitions.audiences import BASE, Audience, audiences
 from nbcast.definitions.bindings import Period, is_binding, resolve_parameters
+from nbcast.definitions.compiled import compile_version
 from nbcast.definitions.models import DefinitionVersion
-from nbcast.definitions.parameters import schema_from_json
-from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec, parse_spec
+from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec
 from nbcast.errors import ScheduleError
 from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState
@@ -124,7 +124,7 @@ class PlanCache:
         if cached is not None:
             return cached
         try:
-            spec = parse_spec(block, schema_from_json(schema))
+            spec = compile_version(block, schema).spec
             compiled = compile_schedule(spec.schedule) if spec.schedule else None
             scopes = tuple(audiences(spec.subscriptions))
             values = [*spec.parameters.values()]

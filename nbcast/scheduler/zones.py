@@ -102,7 +102,7 @@ def transitions(zone: ZoneInfo, low: int, high: int) -> list[Transition]:
     ]
 
 
-class Period(NamedTuple):
+class OffsetSpan(NamedTuple):
     """A stretch of UTC seconds with one offset."""
 
     start: int  # UTC seconds, inclusive
@@ -117,12 +117,12 @@ class Neighbourhood:
 
     def __init__(self, zone: ZoneInfo, low: int, high: int) -> None:
         self.transitions = transitions(zone, low, high)
-        periods: list[Period] = []
+        periods: list[OffsetSpan] = []
         start, offset = low, offset_at(zone, low)
         for t in self.transitions:
-            periods.append(Period(start, t.at, offset))
+            periods.append(OffsetSpan(start, t.at, offset))
             start, offset = t.at, t.after
-        periods.append(Period(start, high + 1, offset))
+        periods.append(OffsetSpan(start, high + 1, offset))
         self.periods = periods
 
     def instants(self, wall: int) -> list[int]:

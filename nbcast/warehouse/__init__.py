@@ -64,7 +64,7 @@ from nbcast.warehouse.context import (
     KINDS,
     ConnectionSpec,
     Limits,
-    RunContext,
+    WarehouseContext,
     configure,
     current_context,
     load_context,
@@ -82,6 +82,7 @@ __all__ = [
     "Limits",
     "QueryUsage",
     "RunContext",
+    "WarehouseContext",
     "close",
     "configure",
     "current_context",
@@ -92,6 +93,11 @@ __all__ = [
     "summarize",
     "usage",
 ]
+
+
+RunContext = WarehouseContext
+"""The earlier name of :class:`WarehouseContext`, kept for notebooks that use it (it
+collided with :class:`nbcast.run_context.RunContext`, the run a notebook executes for)."""
 
 
 def reset() -> None:

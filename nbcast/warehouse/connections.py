@@ -17,7 +17,7 @@ Design decisions
   hold views over outside files).
 * ``sqlalchemy``: one engine per URL with ``pool_pre_ping``; :mod:`nbcast.warehouse.execution`
   rolls every transaction back.
-* **Row filters** (a recipient-scoped run, ``RunContext.row_filter``). ``parquet``: each
+* **Row filters** (a recipient-scoped run, ``WarehouseContext.row_filter``). ``parquet``: each
   file's view keeps only the rows whose columns equal the filter's values, for every
   attribute the file has as a column (matched case-insensitively, the value cast to
   the column's type; a value that does not cast matches nothing); a file without
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from nbcast.errors import ConfigError
-from nbcast.warehouse.context import ENV_LAKE, ConnectionSpec, RunContext
+from nbcast.warehouse.context import ENV_LAKE, ConnectionSpec, WarehouseContext
 
 __all__ = ["SCOPED_ROLE_PREFIX", "Handle", "close", "handle"]
 
@@ -113,7 +113,7 @@ def _columns(con: Any, relation: str) -> list[tuple[str, str]]:
     ]
 
 
-def _open_parquet(spec: ConnectionSpec, name: str, context: RunContext) -> Handle:
+def _open_parquet(spec: ConnectionSpec, name: str, context: WarehouseContext) -> Handle:
     import duckdb
 
     folder = spec.path
@@ -144,7 +144,7 @@ def _open_parquet(spec: ConnectionSpec, name: str, context: RunContext) -> Handl
     return Handle(spec=spec, target=con, stamp=stamp)
 
 
-def _open(spec: ConnectionSpec, name: str, context: RunContext) -> Handle:
+def _open(spec: ConnectionSpec, name: str, context: WarehouseContext) -> Handle:
     if spec.kind == "parquet":
         return _open_parquet(spec, name, context)
     if spec.kind == "duckdb":
@@ -205,7 +205,7 @@ def _open_filtered_duckdb(path: Path, row_filter: Mapping[str, Any]) -> Any:
     return con
 
 
-def handle(name: str, context: RunContext) -> Handle:
+def handle(name: str, context: WarehouseContext) -> Handle:
     """The open connection ``name`` of ``context``, opened (or re-scanned) if need be."""
     spec = context.connections.get(name)
     if spec is None:

@@ -52,7 +52,7 @@ __all__ = [
     "KINDS",
     "ConnectionSpec",
     "Limits",
-    "RunContext",
+    "WarehouseContext",
     "configure",
     "current_context",
     "forget",
@@ -105,7 +105,7 @@ class ConnectionSpec:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunContext:
+class WarehouseContext:
     """What a run may use: its connections and limits, and where its usage goes."""
 
     run_id: int | str | None = None
@@ -119,8 +119,8 @@ class RunContext:
 
 
 _lock = threading.Lock()
-_configured: RunContext | None = None
-_env_cache: tuple[tuple[str, int, int], RunContext] | None = None
+_configured: WarehouseContext | None = None
+_env_cache: tuple[tuple[str, int, int], WarehouseContext] | None = None
 
 
 def _positive(value: Any, name: str, integer: bool) -> Any:
@@ -210,7 +210,7 @@ def parse_row_filter(data: Any) -> dict[str, str | int | bool] | None:
     return result or None
 
 
-def _parse_context(data: Any, base: Path, source: str) -> RunContext:
+def _parse_context(data: Any, base: Path, source: str) -> WarehouseContext:
     if not isinstance(data, Mapping):
         raise ConfigError(f"run context ({source}) must be a JSON object")
     try:
@@ -226,7 +226,7 @@ def _parse_context(data: Any, base: Path, source: str) -> RunContext:
         usage_path = data.get("usage_path")
         if usage_path is not None and (not isinstance(usage_path, str) or not usage_path):
             raise ConfigError(f"usage_path must be a non-empty string or null, not {usage_path!r}")
-        return RunContext(
+        return WarehouseContext(
             run_id=run_id,
             tenant=tenant,
             connections={
@@ -242,7 +242,7 @@ def _parse_context(data: Any, base: Path, source: str) -> RunContext:
         raise ConfigError(f"run context ({source}): {exc}") from None
 
 
-def load_context(source: str | os.PathLike[str] | Mapping[str, Any]) -> RunContext:
+def load_context(source: str | os.PathLike[str] | Mapping[str, Any]) -> WarehouseContext:
     """Parse and validate a run context from a JSON file or a mapping (``ConfigError``)."""
     if isinstance(source, Mapping):
         return _parse_context(source, Path.cwd(), "configure()")
@@ -254,7 +254,7 @@ def load_context(source: str | os.PathLike[str] | Mapping[str, Any]) -> RunConte
     return _parse_context(data, path.parent, str(path))
 
 
-def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> RunContext:
+def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> WarehouseContext:
     """Set this process's run context (it wins over ``$NBCAST_RUN_CONTEXT``).
 
     ``None`` forgets it, so the environment or the default applies again. Returns the
@@ -267,7 +267,7 @@ def configure(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> RunC
     return current_context()
 
 
-def current_context() -> RunContext:
+def current_context() -> WarehouseContext:
     """The context in force: :func:`configure`'s, else ``$NBCAST_RUN_CONTEXT``'s, else default."""
     global _env_cache
     with _lock:
@@ -285,7 +285,7 @@ def current_context() -> RunContext:
             return _env_cache[1]
     lake = Path(os.environ.get(ENV_LAKE) or "lake").expanduser()
     spec = ConnectionSpec(kind="parquet", path=(Path.cwd() / lake).resolve())
-    return RunContext(connections={DEFAULT_CONNECTION: spec}, source="default")
+    return WarehouseContext(connections={DEFAULT_CONNECTION: spec}, source="default")
 
 
 def forget() -> None:

@@ -25,7 +25,7 @@ import pytest
 import weasyprint
 from pypdf import PdfReader
 
-from nbcast.delivery.renderers._fit import STEPS, Step, choose_layout
+from nbcast.delivery.renderers._fit import STEPS, FontStep, choose_layout
 from nbcast.delivery.renderers._measure import TableMeasure
 from nbcast.delivery.renderers._pages import page_geometry
 from nbcast.delivery.renderers.pdf import PdfRenderer, html_to_pdf
@@ -226,7 +226,7 @@ USUAL, SMALL, SMALLEST = STEPS
     ],
 )
 def test_the_first_layout_that_fits_wins(
-    measure: TableMeasure, page_size: str, turned: bool, step: Step, how: str
+    measure: TableMeasure, page_size: str, turned: bool, step: FontStep, how: str
 ) -> None:
     layout = choose_layout(measure, page_geometry(page_size))
     assert (layout.turned, layout.step) == (turned, step)

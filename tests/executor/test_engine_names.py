@@ -17,7 +17,7 @@ from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.errors import ConfigError
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import AttemptJob, AttemptReport
 from nbcast.executor.engines import check_engine_name, engines, open_engine
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.executor.models import RunAttempt
@@ -33,13 +33,13 @@ class InstantEngine(Engine):
 
     def __init__(self, capacity: int = 1) -> None:
         self.capacity = capacity
-        self._done: list[tuple[int, int, AttemptOutcome]] = []
+        self._done: list[tuple[int, int, AttemptReport]] = []
 
     def submit(self, job: AttemptJob, resources: Resources) -> None:
-        outcome = AttemptOutcome(state=RunState.SUCCEEDED, duration_s=0.01, host="instant-host")
+        outcome = AttemptReport(state=RunState.SUCCEEDED, duration_s=0.01, host="instant-host")
         self._done.append((job.run_id, job.attempt, outcome))
 
-    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+    def poll(self) -> list[tuple[int, int, AttemptReport]]:
         done, self._done = self._done, []
         return done
 

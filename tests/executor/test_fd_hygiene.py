@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome, execute_attempt
+from nbcast.executor.attempt import AttemptJob, AttemptReport, execute_attempt
 from nbcast.executor.kernels import KernelPool
 from tests.executor.test_permanent_failures import notebook_dict
 
@@ -46,7 +46,7 @@ def settle(pool: KernelPool) -> None:
     assert len(pool.kernel_pids()) == pool.size
 
 
-def attempt_on_a_thread(tmp_path: Path, pool: KernelPool, run_id: int) -> AttemptOutcome:
+def attempt_on_a_thread(tmp_path: Path, pool: KernelPool, run_id: int) -> AttemptReport:
     job = AttemptJob(
         run_id=run_id,
         attempt=1,
@@ -59,7 +59,7 @@ def attempt_on_a_thread(tmp_path: Path, pool: KernelPool, run_id: int) -> Attemp
         work_dir=str(tmp_path / "runs"),
         artifacts=str(tmp_path / "artifacts"),
     )
-    outcomes: list[AttemptOutcome] = []
+    outcomes: list[AttemptReport] = []
     thread = threading.Thread(
         target=lambda: outcomes.append(execute_attempt(job, pool=pool)), name=f"attempt-{run_id}"
     )

@@ -14,7 +14,7 @@ from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.attempt import AttemptOutcome
+from nbcast.executor.attempt import AttemptReport
 from nbcast.executor.control import cancel_run
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import RunAttempt
@@ -173,7 +173,7 @@ def test_an_outcome_survives_a_database_outage(tmp_path: Path) -> None:
             with LocalEngine(capacity=1, pool_size=0) as engine:
                 worker = make_worker(db, tmp_path, engine, lease_seconds=60.0)
                 assert worker._claim(1) == 1
-                ended: list[tuple[int, int, AttemptOutcome]] = []
+                ended: list[tuple[int, int, AttemptReport]] = []
                 deadline = time.monotonic() + 120
                 while not ended:  # wait for the engine, not recording anything yet
                     assert time.monotonic() < deadline, "the run did not end within 120 s"

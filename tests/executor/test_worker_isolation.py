@@ -17,7 +17,7 @@ from nbcast.access import Caller
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import AttemptJob, AttemptReport
 from nbcast.executor.engines.base import Resources
 from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import WarehouseUsage
@@ -50,16 +50,16 @@ class GarblingEngine(LocalEngine):
 
     def __init__(
         self,
-        garble: dict[int, Callable[[AttemptOutcome], AttemptOutcome]],
+        garble: dict[int, Callable[[AttemptReport], AttemptReport]],
         hold: int,
         **options: Any,
     ) -> None:
         super().__init__(**options)
         self.garble = garble
         self.hold = hold
-        self.held: list[tuple[int, int, AttemptOutcome]] = []
+        self.held: list[tuple[int, int, AttemptReport]] = []
 
-    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+    def poll(self) -> list[tuple[int, int, AttemptReport]]:
         for run_id, attempt, outcome in super().poll():
             change = self.garble.get(run_id)
             self.held.append((run_id, attempt, change(outcome) if change else outcome))
@@ -130,16 +130,16 @@ def test_an_outcome_the_database_refuses_does_not_hold_back_the_others(
     costly = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "costly", {})
     broken = run_now(db, SystemClock(), Caller(tenant="poisoned", user="t"), "broken", {})
 
-    def nonsense_usage(outcome: AttemptOutcome) -> AttemptOutcome:
+    def nonsense_usage(outcome: AttemptReport) -> AttemptReport:
         return dataclasses.replace(outcome, usage=[{"connection": "default", "rows": "many"}])
 
-    def unstorable_failure(outcome: AttemptOutcome) -> AttemptOutcome:
+    def unstorable_failure(outcome: AttemptReport) -> AttemptReport:
         # A set is not JSON and a NUL not storable: the worker makes them storable
         # itself (nbcast.executor.storable); the figures it cannot fix.
         error = {**(outcome.error or {}), "seen": {1, 2}, "evalue": "bad\x00data"}
         return nonsense_usage(dataclasses.replace(outcome, error=error))
 
-    garble: dict[int, Callable[[AttemptOutcome], AttemptOutcome]] = {
+    garble: dict[int, Callable[[AttemptReport], AttemptReport]] = {
         costly: nonsense_usage,
         broken: unstorable_failure,
     }

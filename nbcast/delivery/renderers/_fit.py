@@ -22,8 +22,8 @@ __all__ = [
     "CAP_EM",
     "STEPS",
     "TIGHT_EM",
+    "FontStep",
     "Layout",
-    "Step",
     "choose_layout",
     "fit_css",
     "fit_tables",
@@ -49,7 +49,7 @@ PART = "nbcast-part"
 
 
 @dataclass(frozen=True)
-class Step:
+class FontStep:
     """One font size a table may be set in, with its cell padding."""
 
     css_class: str
@@ -60,9 +60,9 @@ class Step:
 
 
 STEPS = (
-    Step("", TABLE_FONT_PT, CELL_PADDING_X_PX * 0.75),
-    Step("nbcast-fit-small", 7.5, 3.0),
-    Step("nbcast-fit-smaller", 6.5, 2.25),
+    FontStep("", TABLE_FONT_PT, CELL_PADDING_X_PX * 0.75),
+    FontStep("nbcast-fit-small", 7.5, 3.0),
+    FontStep("nbcast-fit-smaller", 6.5, 2.25),
 )
 """The font sizes, largest first: 8.5 pt (the stylesheet's), 7.5 pt, 6.5 pt."""
 
@@ -73,7 +73,7 @@ class Layout:
 
     turned: bool
     """On the turned (landscape) page rather than the configured one."""
-    step: Step
+    step: FontStep
     groups: tuple[tuple[int, ...], ...] = ()
     """When split: the columns of each part, row headers included; else empty."""
     fixed: bool = False
@@ -88,7 +88,7 @@ def _want_em(measure: TableMeasure, cap: float = CAP_EM) -> list[float]:
     ]
 
 
-def table_width_pt(want_em: Sequence[float], step: Step) -> float:
+def table_width_pt(want_em: Sequence[float], step: FontStep) -> float:
     """The estimated width of columns wanting ``want_em`` when set in ``step``."""
     text = sum(want_em) * step.font_pt * SAFETY
     return text + len(want_em) * (2 * step.padding_pt + BORDER_PT)
@@ -108,7 +108,7 @@ def choose_layout(measure: TableMeasure, page: PageGeometry, indent_pt: float = 
     wide, wide_width = (False, width) if turned is None else (True, turned - indent_pt)
     usual, small, smallest = STEPS
     pages = [(False, width)] + ([(True, wide_width)] if wide else [])
-    candidates: list[tuple[bool, Step, list[float], float]] = [
+    candidates: list[tuple[bool, FontStep, list[float], float]] = [
         (is_turned, step, want, available)
         for is_turned, available in pages
         for want in (comfortable, tight)
@@ -125,7 +125,7 @@ def choose_layout(measure: TableMeasure, page: PageGeometry, indent_pt: float = 
 
 
 def _column_groups(
-    measure: TableMeasure, want: list[float], step: Step, available: float
+    measure: TableMeasure, want: list[float], step: FontStep, available: float
 ) -> tuple[tuple[int, ...], ...]:
     """Column groups that each fit, each led by the row headers; () when some column
     cannot fit even alone beside them. As many groups as a greedy cut needs, with the

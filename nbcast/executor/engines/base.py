@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import AttemptJob, AttemptReport
 from nbcast.registry import Registry
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Engine(ABC):
         """Start ``job``; return at once."""
 
     @abstractmethod
-    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+    def poll(self) -> list[tuple[int, int, AttemptReport]]:
         """Attempts that ended since the last call."""
 
     @abstractmethod

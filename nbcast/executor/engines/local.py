@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome, execute_attempt
+from nbcast.executor.attempt import AttemptJob, AttemptReport, execute_attempt
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.scheduler.models import RunState
 
@@ -35,7 +35,7 @@ class LocalEngine(Engine):
         self._threads = ThreadPoolExecutor(
             max_workers=capacity, thread_name_prefix="nbcast-attempt"
         )
-        self._done: queue.SimpleQueue[tuple[int, int, AttemptOutcome]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[int, int, AttemptReport]] = queue.SimpleQueue()
         self._cancels: dict[tuple[int, int], threading.Event] = {}
         self._pool: Any = None
         if warm_kernels:
@@ -61,12 +61,12 @@ class LocalEngine(Engine):
         self._cancels[key] = cancel
         future = self._threads.submit(execute_attempt, job, pool=self._pool, cancel=cancel)
 
-        def finished(done: Future[AttemptOutcome]) -> None:
+        def finished(done: Future[AttemptReport]) -> None:
             self._cancels.pop(key, None)
             try:
                 outcome = done.result()
             except BaseException as exc:  # execute_attempt itself broke
-                outcome = AttemptOutcome(
+                outcome = AttemptReport(
                     state=RunState.FAILED,
                     duration_s=0.0,
                     error={"ename": type(exc).__name__, "evalue": str(exc)},
@@ -75,7 +75,7 @@ class LocalEngine(Engine):
 
         future.add_done_callback(finished)
 
-    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+    def poll(self) -> list[tuple[int, int, AttemptReport]]:
         ended = []
         while True:
             try:

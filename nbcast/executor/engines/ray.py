@@ -71,7 +71,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from nbcast.executor.attempt import AttemptJob, AttemptOutcome
+from nbcast.executor.attempt import AttemptJob, AttemptReport
 from nbcast.executor.engines.base import Engine, Resources
 from nbcast.sandbox.policy import Network
 from nbcast.scheduler.models import RunState
@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 _POOL: Any = None
 
 
-def _run_in_ray(job: AttemptJob) -> AttemptOutcome:
+def _run_in_ray(job: AttemptJob) -> AttemptReport:
     """The Ray task body: execute the attempt on this node with a warm kernel."""
     import dataclasses
 
@@ -224,7 +224,7 @@ class RayEngine(Engine):
         self._by_attempt[(job.run_id, job.attempt)] = ref
         self._started.inc(1, tags={"tenant": resources.tenant})
 
-    def poll(self) -> list[tuple[int, int, AttemptOutcome]]:
+    def poll(self) -> list[tuple[int, int, AttemptReport]]:
         if not self._refs:
             return []
         ready, _ = self._ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
@@ -233,13 +233,13 @@ class RayEngine(Engine):
             run_id, attempt, tenant = self._refs.pop(ref)
             self._by_attempt.pop((run_id, attempt), None)
             try:
-                outcome: AttemptOutcome = self._ray.get(ref)
+                outcome: AttemptReport = self._ray.get(ref)
             except self._ray.exceptions.TaskCancelledError:
-                outcome = AttemptOutcome(
+                outcome = AttemptReport(
                     state=RunState.CANCELLED, duration_s=0.0, error={"message": "cancelled"}
                 )
             except Exception as exc:  # the task or its worker died
-                outcome = AttemptOutcome(
+                outcome = AttemptReport(
                     state=RunState.FAILED,
                     duration_s=0.0,
                     error={"ename": type(exc).__name__, "evalue": str(exc)[:2000]},

@@ -79,7 +79,7 @@ from jupyter_client.manager import AsyncKernelManager
 from nbcast.executor.kernels.demand import Demand
 from nbcast.executor.kernels.environment import kernel_environment
 from nbcast.executor.kernels.process import KernelProcess, warmup_code
-from nbcast.executor.kernels.slot import Claim, Slot
+from nbcast.executor.kernels.slot import Claim, KernelSlot
 from nbcast.retry import backoff_ceiling
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class PooledKernel:
     :meth:`kill` stops it at once. Both are idempotent and safe after the pool closed.
     """
 
-    def __init__(self, pool: KernelPool, slot: Slot, *, warm: bool, wait_s: float) -> None:
+    def __init__(self, pool: KernelPool, slot: KernelSlot, *, warm: bool, wait_s: float) -> None:
         self._pool = pool
         self._slot = slot
         self._used = False
@@ -245,9 +245,9 @@ class KernelPool:
         self._start_timeout = start_timeout
 
         # Loop-owned state: touched only on the pool's loop.
-        self._slots: set[Slot] = set()
-        self._ready: dict[SandboxSpec | None, deque[Slot]] = {}
-        self._preparing: list[Slot] = []
+        self._slots: set[KernelSlot] = set()
+        self._ready: dict[SandboxSpec | None, deque[KernelSlot]] = {}
+        self._preparing: list[KernelSlot] = []
         self._failures = 0
         self._backoff: asyncio.TimerHandle | None = None
         self._closed = False
@@ -366,7 +366,7 @@ class KernelPool:
                 raise TimeoutError(f"the kernel pool did not answer within {timeout}s")
         return future.result()
 
-    def _stop_threadsafe(self, slot: Slot, *, now: bool, wait: bool) -> None:
+    def _stop_threadsafe(self, slot: KernelSlot, *, now: bool, wait: bool) -> None:
         coro = self._stop(slot, now=now)
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -389,8 +389,8 @@ class KernelPool:
         profile: SandboxSpec | None,
         *,
         attempt: int = 1,
-    ) -> Slot:
-        slot = Slot.create(
+    ) -> KernelSlot:
+        slot = KernelSlot.create(
             kernel_name, profile, manager_class=self._manager_class, fork=self._forked
         )
         slot.claim = claim
@@ -428,7 +428,7 @@ class KernelPool:
         self._backoff = None
         self._refill()
 
-    async def _prepare(self, slot: Slot) -> None:
+    async def _prepare(self, slot: KernelSlot) -> None:
         try:
             await slot.start(
                 env=dict(self._env) if self._env is not None else kernel_environment(),
@@ -479,7 +479,7 @@ class KernelPool:
 
     async def _acquire(
         self, kernel_name: str, timeout: float | None, profile: SandboxSpec | None
-    ) -> tuple[Slot, bool]:
+    ) -> tuple[KernelSlot, bool]:
         if self._closed:
             raise RuntimeError("kernel pool is closed")
         pooled = kernel_name == self._kernel_name
@@ -518,12 +518,12 @@ class KernelPool:
             raise TimeoutError(f"no {kernel_name} kernel was ready within {timeout}s") from None
         return slot, False
 
-    async def _stop(self, slot: Slot, *, now: bool) -> None:
+    async def _stop(self, slot: KernelSlot, *, now: bool) -> None:
         if slot.stop_task is None:
             slot.stop_task = asyncio.get_running_loop().create_task(self._shutdown(slot, now=now))
         await asyncio.shield(slot.stop_task)
 
-    async def _shutdown(self, slot: Slot, *, now: bool) -> None:
+    async def _shutdown(self, slot: KernelSlot, *, now: bool) -> None:
         slot.stage = "stopping"
         task = slot.task
         if task is not None and not task.done() and task is not asyncio.current_task():

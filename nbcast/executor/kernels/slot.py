@@ -1,15 +1,15 @@
-"""One kernel a pool starts, from its manager to its shutdown (:class:`Slot`).
+"""One kernel a pool starts, from its manager to its shutdown (:class:`KernelSlot`).
 
 The pool (:mod:`nbcast.executor.kernels.pool`) decides which slots exist, which are
 ready, which run claimed which; a slot knows how to bring its one kernel up and down:
 
-- **up** (:meth:`Slot.start`): a sandboxed slot first opens its box (run folder,
+- **up** (:meth:`KernelSlot.start`): a sandboxed slot first opens its box (run folder,
   sandbox, cgroup: :mod:`nbcast.executor.kernels.sandboxed`) and points its kernel
   manager at it; then the kernel starts (with ipykernel's history in memory: many
   short-lived kernels would contend for one SQLite history file), a client proves it
   answers (:func:`~nbcast.executor.kernels.process.wait_until_connected`) and, for a
   kernel nobody claimed yet, the warm-up runs silently;
-- **down** (:meth:`Slot.stop`): the kernel is shut down (politely, or ``now``), its
+- **down** (:meth:`KernelSlot.stop`): the kernel is shut down (politely, or ``now``), its
   process killed and reaped whatever the manager managed, and its box closed — the
   sandbox and everything the report left running in it end.
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from nbcast.executor.kernels.sandboxed import KernelBox
     from nbcast.sandbox.policy import SandboxSpec
 
-__all__ = ["Claim", "Slot"]
+__all__ = ["Claim", "KernelSlot"]
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,12 @@ _IPYKERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 class Claim:
     """A run waiting for a kernel that is still being prepared."""
 
-    future: asyncio.Future[Slot]
+    future: asyncio.Future[KernelSlot]
     abandoned: bool = False
 
 
 @dataclass(eq=False)
-class Slot:
+class KernelSlot:
     """One kernel (module docstring)."""
 
     km: AsyncKernelManager
@@ -72,7 +72,7 @@ class Slot:
         *,
         manager_class: type[AsyncKernelManager],
         fork: bool,
-    ) -> Slot:
+    ) -> KernelSlot:
         """A slot for a kernel of ``kernel_name``, sandboxed as ``profile`` says (then
         always through nbcast's provisioner, forking from the zygote if ``fork``)."""
         if profile is None:

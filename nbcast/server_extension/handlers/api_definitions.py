@@ -38,9 +38,9 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
+from nbcast.definitions.compiled import compile_schedule_block
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
 from nbcast.definitions.queries import VersionInfo, get_version, list_versions
-from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import (
     ConfigError,
@@ -299,7 +299,7 @@ def _next_fires(block: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
     if not isinstance(schedule, dict):
         return []
     try:
-        spec = parse_spec({"schedule": schedule}).schedule
+        spec = compile_schedule_block(schedule)
         return [] if spec is None else [f.to_json() for f in upcoming(spec, now, NEXT_FIRES)]
     except NbcastError:
         return []

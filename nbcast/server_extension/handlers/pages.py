@@ -88,14 +88,14 @@ class Fires:
 def next_fires(block: dict[str, Any], now: datetime, count: int) -> Fires:
     """The next ``count`` fire times of the schedule in a version's ``nbcast`` block,
     in its zone with their DST notes (:func:`nbcast.scheduler.upcoming.upcoming`)."""
-    from nbcast.definitions.spec import parse_spec
+    from nbcast.definitions.compiled import compile_schedule_block
     from nbcast.scheduler.upcoming import upcoming
 
     schedule = block.get("schedule")
     if not isinstance(schedule, dict):
         return Fires(manual=True)
     try:
-        spec = parse_spec({"schedule": schedule}).schedule
+        spec = compile_schedule_block(schedule)
         if spec is None:
             return Fires(manual=True)
         return Fires(upcoming=upcoming(spec, now, count))
