@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import nbcast.tenancy
 from nbcast.db import Database
 from nbcast.testing.postgres import scratch_database as scratch_pg_database
 
@@ -114,18 +113,6 @@ def governance_passes(mode: str, repeat: int) -> list[bool]:
     if mode == "both":
         return [True, False] * max(1, repeat)
     return [mode == "on"]
-
-
-@contextmanager
-def governance(on: bool) -> Iterator[None]:
-    """Set :data:`nbcast.tenancy.ACCOUNTING` for the block (restored after). Set it
-    before forking: a forked child keeps the parent's module state."""
-    previous = nbcast.tenancy.ACCOUNTING
-    nbcast.tenancy.ACCOUNTING = on
-    try:
-        yield
-    finally:
-        nbcast.tenancy.ACCOUNTING = previous
 
 
 def overhead(

@@ -31,7 +31,7 @@ Target: ≥ 2,000 claims/s.
 **Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
 2). Every tenant is seeded with daily budgets no run can spend (1 PB of warehouse
 bytes, 10⁹ CPU seconds) and every success reports 0.01 CPU seconds, on both sides;
-only :data:`nbcast.tenancy.ACCOUNTING`, set before the claimers fork, differs:
+only the claimers' accounting (``RunQueue(accounting=…)``) differs:
 
 - *on* (nbcast as shipped): the claim function reads each tenant's use of the day
   against its budgets (``p_budgets`` true, one ``tenant_usage_days`` lookup per
@@ -55,6 +55,7 @@ does not touch them. ``nbcast_over_reference_lifecycle`` is the governance-on me
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import threading
@@ -68,7 +69,6 @@ from benchmarks._common import (
     NEVER_SPENT_CPU_S,
     add_governance_arguments,
     children_cpu_s,
-    governance,
     governance_passes,
     machine_load,
     overhead,
@@ -131,9 +131,9 @@ def seed(url: str, runs: int) -> None:
     db.dispose()
 
 
-def _claimer(url: str, index: int, batch: int, out: Any) -> None:
+def _claimer(url: str, index: int, batch: int, out: Any, accounting: bool = True) -> None:
     db = Database.open(url, upgrade=False)
-    queue = RunQueue(db, SystemClock(), owner=f"claimer-{index}")
+    queue = RunQueue(db, SystemClock(), owner=f"claimer-{index}", accounting=accounting)
     claimed = 0
     while True:
         leases = queue.start_many(queue.claim(batch))
@@ -258,11 +258,11 @@ def _usage_attempts(url: str) -> int:
 
 
 def measure_nbcast(runs: int, claimers: int, batch: int, on: bool) -> dict[str, Any]:
-    """One pass of nbcast's claimers on a freshly seeded queue, governance ``on`` or not
-    (set before the claimers fork)."""
-    with governance(on), scratch_database() as url:
+    """One pass of nbcast's claimers on a freshly seeded queue, accounting ``on`` or not
+    (each claimer's ``RunQueue(accounting=…)``)."""
+    with scratch_database() as url:
         seed(url, runs)
-        result = measure(url, _claimer, claimers, batch)
+        result = measure(url, functools.partial(_claimer, accounting=on), claimers, batch)
         result["usage_attempts"] = _usage_attempts(url)
     return result
 

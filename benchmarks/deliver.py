@@ -18,8 +18,8 @@ deliveries/s.
 
 **Governance** (``--governance on|off|both``, default ``both``; ``--repeat N``, default
 2). The ``default`` tenant is given daily budgets no run can spend (1 PB, 10⁹ CPU
-seconds) on both sides; only :data:`nbcast.tenancy.ACCOUNTING`, set before the
-pass is prepared, differs:
+seconds) on both sides; only the accounting of the queue and the ledger
+(``accounting=…``) differs:
 
 - *on* (nbcast as shipped): every answer that ends a delivery (SENT, FAILED,
   SUPPRESSED) appends a hash-chained ``delivery.*`` audit entry in the recorder's
@@ -60,7 +60,6 @@ from benchmarks._common import (
     NEVER_SPENT_BYTES,
     NEVER_SPENT_CPU_S,
     add_governance_arguments,
-    governance,
     governance_passes,
     machine_load,
     overhead,
@@ -95,7 +94,14 @@ def _executed(marker: str) -> bytes:
 
 
 def prepare(
-    url: str, folder: Path, recipients: int, runs: int, senders: int, port: int
+    url: str,
+    folder: Path,
+    recipients: int,
+    runs: int,
+    senders: int,
+    port: int,
+    *,
+    accounting: bool = True,
 ) -> tuple[Database, Ledger, int]:
     db = Database.open(url)
     clock = SystemClock()
@@ -116,7 +122,7 @@ def prepare(
     path.write_text(json.dumps(nb))
     publish(db, path, caller=Caller(tenant="default", user="bench"))
     store = LocalArtifactStore(folder / "artifacts")
-    queue = RunQueue(db, clock, owner="bench")
+    queue = RunQueue(db, clock, owner="bench", accounting=accounting)
     for n in range(runs):
         run_now(db, clock, Caller(tenant="default", user="bench"), "daily-sales", {})
         [lease] = queue.claim(1)
@@ -138,6 +144,7 @@ def prepare(
         signer,
         owner="bench",
         senders=senders,
+        accounting=accounting,
         make_channels=channels,
     )
     return db, ledger, recipients * runs
@@ -195,8 +202,10 @@ def _audit_entries(db: Database) -> int:
 
 def measure_nbcast(args: argparse.Namespace, port: int, on: bool) -> dict[str, Any]:
     """One pass on a fresh database, governance ``on`` or not (module docstring)."""
-    with governance(on), scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
-        db, ledger, total = prepare(url, Path(tmp), args.recipients, args.runs, args.senders, port)
+    with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
+        db, ledger, total = prepare(
+            url, Path(tmp), args.recipients, args.runs, args.senders, port, accounting=on
+        )
         result = run_nbcast(ledger, total, args.batch)
         result["audit_entries"] = _audit_entries(db)
         db.dispose()

@@ -31,8 +31,8 @@ scheduler replica runs after its tick:
   — inside the timed span; beside the fire-latency services runs one oversight
   service per replica, as ``nbcast oversight`` does (SLA checks every 30 s of clock
   time, retention once), sharing the database;
-  :data:`nbcast.tenancy.ACCOUNTING` is True;
-- *off*: no governance step, no oversight service, and ``ACCOUNTING`` False.
+  the materializer has no accounting of its own;
+- *off*: no governance step and no oversight service.
 
 Roles are checked in the command layer only, not here. ``both`` runs on, off, on, off
 … each on a freshly seeded database (throughput with 1 replica, with 3, then fire
@@ -67,7 +67,6 @@ import sqlalchemy as sa
 from benchmarks._common import (
     add_governance_arguments,
     children_cpu_s,
-    governance,
     governance_passes,
     machine_load,
     overhead,
@@ -362,7 +361,7 @@ def one_pass(args: argparse.Namespace, on: bool, reference: bool) -> dict[str, A
     governance ``on`` or not (set before the replicas fork); with ``reference``, the
     reference insert too."""
     figures: dict[str, Any] = {}
-    with governance(on), scratch_database() as url:
+    with scratch_database() as url:
         db = Database.open(url)
         seed(db, args.definitions, T0, args.sla_every)
         db.dispose()

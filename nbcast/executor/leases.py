@@ -45,7 +45,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from nbcast import tenancy
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_ignore
 from nbcast.executor import bounds
@@ -171,8 +170,17 @@ def _end_attempt(
 class Leases:
     """The fenced writes of the attempts one worker holds (module docstring)."""
 
-    def __init__(self, db: Database, clock: Clock, *, lease: timedelta, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        lease: timedelta,
+        backoff: Backoff,
+        accounting: bool = True,
+    ) -> None:
         self.db = db
+        self.accounting = accounting
         self.clock = clock
         self.lease = lease
         """How long a heartbeat extends a lease."""
@@ -272,7 +280,7 @@ class Leases:
         if not successes:
             return []
         now = self.clock.now()
-        accounted = tenancy.ACCOUNTING
+        accounted = self.accounting
         with self.db.engine.begin() as conn:
             if self.db.dialect == "postgresql":
                 extra: dict[str, Any] = {}
@@ -398,7 +406,7 @@ class Leases:
                 peak_mem_mb=peak_mem_mb,
             )
             scanned = _record(conn, lease, usage or [], now)
-            if tenancy.ACCOUNTING:
+            if self.accounting:
                 add_usage(conn, [Use(lease.tenant_id, cpu_s or 0.0, scanned)], now)
         return state
 

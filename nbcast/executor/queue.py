@@ -47,7 +47,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast import tenancy
 from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
@@ -104,8 +103,12 @@ class RunQueue:
         backoff_base: float = 30.0,
         backoff_cap: float = 3600.0,
         tenants: Sequence[int] | None = None,
+        accounting: bool = True,
     ) -> None:
         self.db = db
+        self.accounting = accounting
+        """Daily usage and budget checks on claims and completions (the benchmarks turn
+        it off to measure its cost; :mod:`nbcast.tenancy`)."""
         self.tenants = None if tenants is None else sorted(set(tenants))
         """The ids of the tenants whose runs this worker claims (None: every tenant's)."""
         self.clock = clock
@@ -115,7 +118,7 @@ class RunQueue:
         self.engine = engine
         self.host = socket.gethostname()
         backoff = Backoff.checked(backoff_base, backoff_cap)
-        self.leases = Leases(db, clock, lease=self.lease, backoff=backoff)
+        self.leases = Leases(db, clock, lease=self.lease, backoff=backoff, accounting=accounting)
         """The fenced writes of what this worker claimed."""
         self.reaper = Reaper(db, clock, backoff=backoff)
         """Expired leases and cancel requests (anyone's)."""
@@ -240,7 +243,7 @@ class RunQueue:
                 take = min(room, remaining, waiting)
                 if take <= 0:
                     continue
-                if tenancy.ACCOUNTING:
+                if self.accounting:
                     budget = budget_state(session.connection(), tenant, now)
                     if budget.spent:
                         stats.budget_held += hold_over_budget(session, tenant.id, now)
@@ -270,7 +273,7 @@ class RunQueue:
                     "day": usage_day(now),
                     "rate": self.clock.rate,
                     "real": self.clock.real,
-                    "budgets": tenancy.ACCOUNTING,
+                    "budgets": self.accounting,
                     "tenants": self.tenants,
                 },
             ).all()

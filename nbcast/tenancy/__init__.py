@@ -14,13 +14,10 @@ It imports no plane: the planes (definitions, scheduler, executor, delivery) sta
 on it, and retention, SLA and cost — which read every plane — are the oversight
 layer's (:mod:`nbcast.oversight`), above them. A ``default`` tenant always exists.
 
-:data:`ACCOUNTING` is a switch for the benchmarks only (``benchmarks/claims.py`` and
-``deliver.py`` run with it on and off to measure what governance costs on the hot
-paths); nbcast itself never turns it off and nothing configures it.
+**Accounting** on the hot paths — the audit entries of deliveries, each tenant's daily
+usage and the budget checks of a claim — is a setting of the objects that do it
+(``RunQueue(accounting=…)``, ``Ledger(accounting=…)``), on unless told otherwise:
+nbcast's services never turn it off; the benchmarks do, to measure what it costs.
 """
 
-__all__ = ["ACCOUNTING"]
-
-ACCOUNTING = True
-"""Audit entries of the hot paths (deliveries, link openings), per-tenant daily usage
-and budget checks (benchmarks set it False to measure their cost)."""
+__all__: list[str] = []

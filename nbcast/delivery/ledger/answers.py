@@ -221,21 +221,26 @@ def failed_answer(answer: Answer, exc: BaseException, then: Callable[[], None] |
 
 
 def write_answers(
-    conn: sa.Connection, answers: list[Answer], *, dialect: str, owner: str, now: datetime
+    conn: sa.Connection,
+    answers: list[Answer],
+    *,
+    dialect: str,
+    owner: str,
+    now: datetime,
+    audited: bool = True,
 ) -> set[int]:
     """Record ``answers`` in one transaction, each fenced by attempt and lease owner
-    (a lost lease writes nothing); return the ids written. On PostgreSQL one
+    (a lost lease writes nothing), with the audit entries of those that end a
+    delivery unless not ``audited``; return the ids written. On PostgreSQL one
     statement updates the rows and their attempts, and the commit does not wait for
     the WAL flush (see :mod:`nbcast.delivery.ledger`)."""
     kept: set[int] = set()
     with conn.begin():
         if dialect == "postgresql":
-            from nbcast import tenancy
-
             arrays = _record_arrays(answers, owner, now)
-            if tenancy.ACCOUNTING:
+            if audited:
                 arrays.update(_audit_arrays(answers))
-            statement = _RECORD_AUDITED if tenancy.ACCOUNTING else _RECORD
+            statement = _RECORD_AUDITED if audited else _RECORD
             return set(conn.execute(statement, arrays).scalars())
         for answer in answers:
             row = answer.row
@@ -259,7 +264,8 @@ def write_answers(
                 .values(ended_at=now, **answer.attempt)
             )
             kept.add(row.id)
-        _audit(conn, answers, kept, now)
+        if audited:
+            _audit(conn, answers, kept, now)
     return kept
 
 
@@ -273,11 +279,8 @@ _AUDITED = {
 def _audit(conn: sa.Connection, answers: list[Answer], kept: set[int], now: datetime) -> None:
     """The audit entries of the answers written that end a delivery (SENT, FAILED,
     SUPPRESSED): who received which run on which channel, or why not."""
-    from nbcast import tenancy
     from nbcast.tenancy import audit
 
-    if not tenancy.ACCOUNTING:
-        return
     noted = []
     for answer in answers:
         state = answer.values.get("state")

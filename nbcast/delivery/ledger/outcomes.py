@@ -80,8 +80,18 @@ class Outcomes:
     recorder thread; outside a batch each is written at once.
     """
 
-    def __init__(self, db: Database, clock: Clock, owner: str, stats: DeliveryStats) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        owner: str,
+        stats: DeliveryStats,
+        *,
+        accounting: bool = True,
+    ) -> None:
         self.db = db
+        self.accounting = accounting
+        """Each answer that ends a delivery is audited (:mod:`nbcast.tenancy`)."""
         self.clock = clock
         self.owner = owner
         self.stats = stats
@@ -121,7 +131,12 @@ class Outcomes:
         (:func:`~nbcast.delivery.ledger.answers.write_answers`), then run the
         callbacks of those that were still ours."""
         kept = write_answers(
-            conn, answers, dialect=self.db.dialect, owner=self.owner, now=self.clock.now()
+            conn,
+            answers,
+            dialect=self.db.dialect,
+            owner=self.owner,
+            now=self.clock.now(),
+            audited=self.accounting,
         )
         for answer in answers:
             if answer.row.id in kept and answer.then is not None:

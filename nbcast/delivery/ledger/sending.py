@@ -79,6 +79,7 @@ class Ledger:
         link_ttl: timedelta = timedelta(days=7),
         senders: int = 1,
         make_channels: Callable[[], Mapping[str, Channel]] | None = None,
+        accounting: bool = True,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -92,7 +93,7 @@ class Ledger:
         self.stats = DeliveryStats()
         self.composer = Composer(store, signer, base_url=base_url, link_ttl=link_ttl)
         self.decider = Decider(db, clock, store, self.composer)
-        self.outcomes = Outcomes(db, clock, self.owner, self.stats)
+        self.outcomes = Outcomes(db, clock, self.owner, self.stats, accounting=accounting)
         self.senders = senders if make_channels is not None else 1
         self._make_channels = make_channels
         self._local = threading.local()

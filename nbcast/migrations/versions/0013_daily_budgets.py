@@ -9,7 +9,7 @@ spent, leases nothing of the tenant and marks its due QUEUED runs with reason
 ``audience`` and ``row_filter``, and the warehouse bytes the tenant has left today
 (NULL without a warehouse budget). Serial runs are one at a time per definition *and
 audience* (each recipient scope of a slot is its own stream). ``p_budgets`` false skips the budget check (the
-benchmarks' switch, :data:`nbcast.tenancy.ACCOUNTING`). Everything else — fair
+benchmarks' switch, ``RunQueue(accounting=False)``). Everything else — fair
 share, the tenant lock, the recount, serial runs, the lease time — is migration
 0004's, unchanged.
 
