@@ -85,7 +85,14 @@ __all__ = [
 
 
 class NbcastError(Exception):
-    """Root of every error nbcast raises on purpose."""
+    """Root of every error nbcast raises on purpose.
+
+    ``field`` names what a refusal is about, where it is about one thing a person
+    typed: a metadata path (``schedule.timezone``), a parameter (``parameters.top_n``)
+    or a query argument (``from``); None otherwise. The API answers it as ``field``
+    and the Lab shows the refusal next to that input."""
+
+    field: str | None = None
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.args == getattr(other, "args", None)
@@ -147,6 +154,8 @@ class ParametersCellError(DefinitionError):
 class MetadataError(DefinitionError):
     """The ``nbcast`` metadata block is invalid; ``field`` names the dotted path."""
 
+    field: str
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message)
         self.field = field
@@ -157,11 +166,25 @@ class MetadataError(DefinitionError):
 
 
 class ParameterValueError(DefinitionError):
-    """Parameter values were refused; ``problems`` lists each one."""
+    """Parameter values were refused; ``problems`` lists each one and ``names`` the
+    parameters they are about (in order; an empty name for a problem with the values as
+    a whole). ``field`` is ``parameters.<the first name>``, or ``parameters``."""
 
-    def __init__(self, problems: tuple[str, ...]) -> None:
-        super().__init__(tuple(problems))
+    field: str
+
+    def __init__(self, problems: tuple[str, ...], names: tuple[str, ...] = ()) -> None:
+        super().__init__(tuple(problems), tuple(names))
         self.problems = tuple(problems)
+        self.names = tuple(names)
+        first = next((n for n in self.names if n), None)
+        self.field = f"parameters.{first}" if first else "parameters"
+
+    def about_field(self) -> str:
+        """The problems, joined, without the name the field already gives (``top_n:
+        expected int`` under ``parameters.top_n`` reads ``expected int``)."""
+        text = "; ".join(self.problems)
+        first = self.names[0] if self.names else ""
+        return text[len(first) + 2 :] if first and text.startswith(f"{first}: ") else text
 
     def __str__(self) -> str:
         return "invalid parameters: " + "; ".join(self.problems)
@@ -193,7 +216,16 @@ class UnknownDefinitionError(DefinitionError, NotFoundError):
 
 
 class ScheduleError(NbcastError):
-    """A schedule cannot be compiled, or a preview range is unacceptable."""
+    """A schedule cannot be compiled, or a preview range is unacceptable (``field``:
+    the argument, ``from`` or ``to``, when it is about one)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message, field)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ExecutionError(NbcastError):

@@ -109,7 +109,7 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         ),
         "bad-parameter-value": (
             make_notebook(tmp_path / "pv.ipynb", nbcast={"parameters": {"top_n": "ten"}}),
-            "parameters: top_n: expected int",
+            "parameters.top_n: expected int",
         ),
         "duplicate-name": (make_notebook(tmp_path / "other" / "kpi.ipynb"), "was published from"),
     }

@@ -134,7 +134,6 @@ export class ScheduleBody extends ReactWidget implements FormHost {
     const result = formToBlock(this.form, this.schema, this.original);
     const key = fieldKey(
       field,
-      message,
       result,
       this.schema.map(s => s.name)
     );

@@ -101,7 +101,8 @@ def parse_scoped_parameters(value: Any, schema: Any, path: str) -> dict[str, Any
     try:
         return validate_parameters(schema, value, bindings=True)
     except ParameterValueError as exc:
-        raise MetadataError(path, "; ".join(exc.problems)) from None
+        named = exc.field.removeprefix("parameters")
+        raise MetadataError(path + named, exc.about_field()) from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -215,41 +215,50 @@ def validate_parameters(
     user fixes them in one go.
     """
     declared = {p.name: p for p in schema}
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []  # (the parameter's name, the problem)
     if len(values) > MAX_PARAMETERS:
         raise ParameterValueError((f"more than {MAX_PARAMETERS} parameter values",))
     for name, value in values.items():
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            problems.append(f"{clip(name)} is not a valid parameter name")
+            problems.append(("", f"{clip(name)} is not a valid parameter name"))
             continue
         param = declared.get(name)
         if param is None:
             known = clip(", ".join(declared) or "none", 200)[1:-1]
-            problems.append(f"{name!r} is not declared in the parameters cell (declared: {known})")
+            problems.append(
+                (name, f"{name!r} is not declared in the parameters cell (declared: {known})")
+            )
             continue
         problem = json_problem(value, name)
         if problem:
-            problems.append(problem)
+            problems.append((name, problem))
         elif bindings and is_binding(value):
             try:
                 parse_binding(value, name)
-            except MetadataError as exc:
-                problems.append(str(exc))
+            except MetadataError as exc:  # names the binding's own field: name.steps[0]
+                problems.append((exc.field, str(exc)))
                 continue
             if param.type not in ("str", "null"):
                 problems.append(
-                    f"{name}: a binding gives a string, but the default {clip(param.default)} "
-                    f"is {param.type}"
+                    (
+                        name,
+                        f"{name}: a binding gives a string, but the default "
+                        f"{clip(param.default)} is {param.type}",
+                    )
                 )
         elif not _is_json_literal(value):
-            problems.append(f"{name}: {type(value).__name__} is not a JSON value")
+            problems.append((name, f"{name}: {type(value).__name__} is not a JSON value"))
         elif not _compatible(param.type, value):
             problems.append(
-                f"{name}: expected {param.type} like the default {clip(param.default)}, "
-                f"got {type(value).__name__} {clip(value)}"
+                (
+                    name,
+                    f"{name}: expected {param.type} like the default {clip(param.default)}, "
+                    f"got {type(value).__name__} {clip(value)}",
+                )
             )
     if problems:
-        raise ParameterValueError(tuple(problems[:20]))
+        kept = problems[:20]
+        raise ParameterValueError(tuple(p for _, p in kept), tuple(n for n, _ in kept))
     return dict(values)
 
 
@@ -261,7 +270,9 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     try:
         value = json.loads(raw, object_pairs_hook=unique_keys)
     except RecursionError:
-        raise ParameterValueError((f"{name.strip()}: nested too deeply",)) from None
+        raise ParameterValueError(
+            (f"{name.strip()}: nested too deeply",), (name.strip(),)
+        ) from None
     except ValueError:
         value = raw
     return name.strip(), value
@@ -285,7 +296,7 @@ def parse_assignments(texts: Iterable[str]) -> dict[str, Any]:
     for text in texts:
         name, value = parse_assignment(text)
         if name in values:
-            raise ParameterValueError((f"{clip(name)} is given twice",))
+            raise ParameterValueError((f"{clip(name)} is given twice",), (name,))
         values[name] = value
     return values
 

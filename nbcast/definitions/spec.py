@@ -461,7 +461,7 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         try:
             kwargs["parameters"] = validate_parameters(schema, values, bindings=True)
         except ParameterValueError as exc:
-            raise MetadataError("parameters", "; ".join(exc.problems)) from None
+            raise MetadataError(exc.field, exc.about_field()) from None
     outputs = _formats(block["outputs"], "outputs") if "outputs" in block else (OutputFormat.html,)
     if not outputs:
         raise MetadataError("outputs", "needs at least one format")

@@ -67,16 +67,18 @@ def _bound(value: datetime | date, zone: str, name: str) -> datetime:
     if isinstance(value, date) and not isinstance(value, datetime):
         problem = zone_problem(zone)
         if problem:
-            raise ScheduleError(f"timezone: {problem}")
+            raise ScheduleError(f"timezone: {problem}", "timezone")
         return range_bound(value, load_zone(zone))
     return _instant(value, name)
 
 
 def _instant(value: datetime, name: str) -> datetime:
     if not isinstance(value, datetime):
-        raise ScheduleError(f"{name}: an instant is required")
+        raise ScheduleError(f"{name}: an instant is required", name)
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ScheduleError(f"{name}: {value.isoformat()} has no UTC offset (add 'Z' or '+HH:MM')")
+        raise ScheduleError(
+            f"{name}: {value.isoformat()} has no UTC offset (add 'Z' or '+HH:MM')", name
+        )
     return value.astimezone(UTC)
 
 
@@ -85,7 +87,7 @@ def _policy(enum: type[DstGap] | type[DstFold], value: str, name: str) -> Any:
         return enum(value)
     except ValueError:
         choices = "|".join(member.value for member in enum)
-        raise ScheduleError(f"{name}: {value!r} is not one of {choices}") from None
+        raise ScheduleError(f"{name}: {value!r} is not one of {choices}", name) from None
 
 
 def _build_spec(
@@ -99,7 +101,7 @@ def _build_spec(
         raise ScheduleError("preview needs exactly one of a cron expression or an every interval")
     problem = zone_problem(tz)
     if problem:
-        raise ScheduleError(f"timezone: {problem}")
+        raise ScheduleError(f"timezone: {problem}", "timezone")
     load_zone(tz)
     gap = _policy(DstGap, dst_gap, "dst gap")
     fold = _policy(DstFold, dst_fold, "dst fold")
@@ -111,9 +113,9 @@ def _build_spec(
         try:
             interval = parse_duration(str(every), MAX_SCHEDULE_DURATION)
         except ValueError as exc:
-            raise ScheduleError(f"every: {exc}") from None
+            raise ScheduleError(f"every: {exc}", "every") from None
     if interval < timedelta(minutes=1):
-        raise ScheduleError(f"every: {every} is shorter than 1m")
+        raise ScheduleError(f"every: {every} is shorter than 1m", "every")
     return ScheduleSpec(every=interval, timezone=tz, dst_gap=gap, dst_fold=fold)
 
 
@@ -147,11 +149,13 @@ def preview(
     low = _bound(range_from, spec.timezone, "from")
     high = _bound(range_to, spec.timezone, "to")
     if low >= high:
-        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
+        raise ScheduleError(
+            f"from ({low.isoformat()}) must be before to ({high.isoformat()})", "from"
+        )
     anchor = None
     if start is not None:
         if spec.every is None:
-            raise ScheduleError("start applies to every schedules only")
+            raise ScheduleError("start applies to every schedules only", "start")
         anchor = _instant(start, "start")
         spec = replace(spec, start=None)
     schedule = compile_schedule(spec, anchor=anchor)
@@ -196,7 +200,9 @@ def preview_definition(
     low = _bound(range_from, spec.schedule.timezone, "from")
     high = _bound(range_to, spec.schedule.timezone, "to")
     if low >= high:
-        raise ScheduleError(f"from ({low.isoformat()}) must be before to ({high.isoformat()})")
+        raise ScheduleError(
+            f"from ({low.isoformat()}) must be before to ({high.isoformat()})", "from"
+        )
     schedule = compile_schedule(spec.schedule)
     slots = list(islice(schedule.slots(low, high), limit + 1))
     if len(slots) > limit:

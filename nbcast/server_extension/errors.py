@@ -8,12 +8,15 @@ raised                 status  code
 NotFoundError          404     ``not_found``
 AccessDeniedError      403     ``forbidden``
 ConflictError          409     ``conflict``
-MetadataError          400     ``invalid`` (``field``: the metadata path)
 other NbcastError      400     ``invalid``
 ApiError               its own (a handler's own check: bad query parameter, …)
 tornado HTTPError      its own ``http_<status>`` (authentication, method, size)
 anything else          500     ``internal`` (logged; the body says nothing more)
 =====================  ======  ===============================================
+
+``field`` is the error's own (:attr:`nbcast.errors.NbcastError.field`): the metadata
+path of a :class:`~nbcast.errors.MetadataError`, ``parameters.<name>`` of a refused
+parameter value, the query argument of a refused preview range; null otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from tornado.web import HTTPError
 from nbcast.errors import (
     AccessDeniedError,
     ConflictError,
-    MetadataError,
     NbcastError,
     NotFoundError,
 )
@@ -53,15 +55,13 @@ def status_of(exc: BaseException) -> tuple[int, str, str, str | None]:
     if isinstance(exc, ApiError):
         return exc.status_code, exc.code, exc.message, exc.field
     if isinstance(exc, NotFoundError):
-        return 404, "not_found", str(exc), None
+        return 404, "not_found", str(exc), exc.field
     if isinstance(exc, AccessDeniedError):
-        return 403, "forbidden", str(exc), None
+        return 403, "forbidden", str(exc), exc.field
     if isinstance(exc, ConflictError):
-        return 409, "conflict", str(exc), None
-    if isinstance(exc, MetadataError):
-        return 400, "invalid", str(exc), exc.field
+        return 409, "conflict", str(exc), exc.field
     if isinstance(exc, NbcastError):
-        return 400, "invalid", str(exc), None
+        return 400, "invalid", str(exc), exc.field
     if isinstance(exc, HTTPError):
         status = exc.status_code
         try:

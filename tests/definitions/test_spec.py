@@ -155,12 +155,12 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _with("parameters", {"regoin": "APAC"}),
-            "parameters: 'regoin' is not declared",
+            "parameters.regoin: 'regoin' is not declared",
             id="param-undeclared",
         ),
         pytest.param(
             _with("parameters", {"top_n": "ten"}),
-            "parameters: top_n: expected int",
+            "parameters.top_n: expected int",
             id="param-type",
         ),
         pytest.param(_with("name", "bad name!"), "name: 'bad name!' must match", id="name"),

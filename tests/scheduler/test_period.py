@@ -161,7 +161,7 @@ def test_bad_bindings_are_refused_at_publish_naming_the_field(
     capsys.readouterr()
     assert main(["publish", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: parameters: ")
+    assert err.startswith("error: parameters.")
     assert message in err
     db = Database.open(use_db)
     with db.session() as session:

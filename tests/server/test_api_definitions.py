@@ -295,7 +295,7 @@ def test_run_now_queues_a_manual_run(
     (run,) = [r for r in runs if r["id"] == run_id]
     assert (run["definition"], run["kind"], run["state"]) == ("nightly", "manual", "QUEUED")
     for body, field in (
-        ({"parameters": {"nope": 1}}, "parameters"),
+        ({"parameters": {"nope": 1}}, "parameters.nope"),
         ({"parameters": []}, "parameters"),
         ({"at": "yesterday"}, "at"),
         ({"when": 1}, "when"),

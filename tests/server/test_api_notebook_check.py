@@ -105,7 +105,7 @@ def test_the_first_refusal_names_its_field_and_nothing_is_written(
         ({**BLOCK, "schedule": {"cron": "61 * * * *"}}, "schedule.cron", None),
         ({**BLOCK, "subscriptions": [{"channel": "email", "to": "nobody"}]},
          "subscriptions[0].to", "'nobody' is not an email address"),
-        ({**BLOCK, "parameters": {"top_n": "five"}}, "parameters", None),
+        ({**BLOCK, "parameters": {"top_n": "five"}}, "parameters.top_n", None),
         ({**BLOCK, "outputs": ["docx"]}, "outputs[0]", None),
         ({**BLOCK, "colour": "red"}, "colour", None),
     ]  # fmt: skip

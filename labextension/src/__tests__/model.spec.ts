@@ -239,17 +239,19 @@ describe('fieldKey', () => {
   const result = { subscriptionRow: [0, 0, 1] };
   const names = ['report_date', 'top_n'];
   it('puts a server error next to the field it names', () => {
-    expect(fieldKey('schedule.cron', 'x', result, names)).toBe('cron');
-    expect(fieldKey('schedule.timezone', 'x', result, names)).toBe('timezone');
-    expect(fieldKey('schedule.misfire.max_catchup', 'x', result, names)).toBe('maxCatchup');
-    expect(fieldKey('outputs[1]', 'x', result, names)).toBe('outputs');
-    expect(fieldKey('subscriptions[1].to', 'x', result, names)).toBe('subscription:0');
-    expect(fieldKey('subscriptions[2].formats', 'x', result, names)).toBe('subscription:1');
-    expect(fieldKey('subscriptions[9].to', 'x', result, names)).toBe('subscriptions');
-    expect(fieldKey('parameters', "top_n: 'x' is not an int", result, names)).toBe('parameter:top_n');
-    expect(fieldKey('parameters', 'unknown parameter zz', result, names)).toBe('parameters');
-    expect(fieldKey('name', 'x', result, names)).toBe('name');
-    expect(fieldKey(null, 'x', result, names)).toBe('general');
-    expect(fieldKey('sla.delivered_within', 'x', result, names)).toBe('general');
+    expect(fieldKey('schedule.cron', result, names)).toBe('cron');
+    expect(fieldKey('schedule.timezone', result, names)).toBe('timezone');
+    expect(fieldKey('schedule.misfire.max_catchup', result, names)).toBe('maxCatchup');
+    expect(fieldKey('outputs[1]', result, names)).toBe('outputs');
+    expect(fieldKey('subscriptions[1].to', result, names)).toBe('subscription:0');
+    expect(fieldKey('subscriptions[2].formats', result, names)).toBe('subscription:1');
+    expect(fieldKey('subscriptions[9].to', result, names)).toBe('subscriptions');
+    expect(fieldKey('parameters.top_n', result, names)).toBe('parameter:top_n');
+    // the field, not the message, names the parameter
+    expect(fieldKey('parameters', result, names)).toBe('parameters');
+    expect(fieldKey('parameters.zz', result, names)).toBe('parameters');
+    expect(fieldKey('name', result, names)).toBe('name');
+    expect(fieldKey(null, result, names)).toBe('general');
+    expect(fieldKey('sla.delivered_within', result, names)).toBe('general');
   });
 });

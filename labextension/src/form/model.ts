@@ -519,10 +519,9 @@ export function formToBlock(
 
 /** The form key a server error's dotted `field` is shown next to: `schedule.cron` →
  * `cron`, `subscriptions[3].to` → the form row that subscription came from,
- * `parameters` → the parameter the message names. Unknown: `general`. */
+ * `parameters.top_n` → that parameter's input. Unknown: `general`. */
 export function fieldKey(
   field: string | null,
-  message: string,
   result: Pick<BlockResult, 'subscriptionRow'>,
   parameterNames: string[]
 ): string {
@@ -560,9 +559,13 @@ export function fieldKey(
   if (field === 'subscriptions') {
     return 'subscriptions';
   }
-  if (field === 'parameters' || field.startsWith('parameters')) {
-    const named = parameterNames.find(n => new RegExp(`(^|[^A-Za-z0-9_])${n}([^A-Za-z0-9_]|$)`).test(message));
-    return named ? `parameter:${named}` : 'parameters';
+  // A refused parameter value names its parameter in the field: `parameters.<name>`.
+  const parameter = /^parameters\.([A-Za-z_][A-Za-z0-9_]*)/.exec(field);
+  if (parameter) {
+    return parameterNames.includes(parameter[1]) ? `parameter:${parameter[1]}` : 'parameters';
+  }
+  if (field === 'parameters') {
+    return 'parameters';
   }
   return 'general';
 }

@@ -316,7 +316,7 @@ class RunNowHandler(ApiHandler):
         try:
             return run_now(self.state.db, self.state.clock, caller, name, parameters, at=at)
         except ParameterValueError as exc:
-            raise ApiError(400, str(exc), field="parameters") from None
+            raise ApiError(400, str(exc), field=exc.field) from None
 
 
 @route(
