@@ -4,6 +4,10 @@
  * which adds the `X-XSRFToken` header from the `_xsrf` cookie (and the token, when Lab
  * has one), so the extension authenticates exactly as the page does.
  *
+ * Types: the shapes the API answers with are generated from its OpenAPI components
+ * (`./generated/api_types`, by `python -m nbcast.server_extension.typescript`); the
+ * ones the form narrows (parameters, the `nbcast` block) are written here.
+ *
  * Errors: the API answers `{"error": {"code", "message", "field"}}`; every failure
  * becomes an {@link ApiError} with that message and field (the dialog shows it next
  * to the field it names). A response that is not JSON (an HTML 404 page when the
@@ -14,6 +18,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type { Block, ParameterSpec, PreviewRow } from './form/model';
+import type * as schema from './generated/api_types';
 
 export const API = 'nbcast/api/v1';
 
@@ -92,30 +97,9 @@ const post = (body?: unknown): RequestInit => ({
 
 // -- the shapes (see the OpenAPI document) ------------------------------------------------
 
-export interface UpcomingFire {
-  slot_key: string;
-  local: string;
-  fire_at: string;
-  status: 'scheduled' | 'skipped';
-  reason: string | null;
-  note: string | null;
-}
+export type UpcomingFire = schema.UpcomingFire;
 
-export interface Definition {
-  name: string;
-  latest_version: number;
-  schedule: string;
-  cron: string | null;
-  every: string | null;
-  timezone: string;
-  source_path?: string;
-  paused: boolean;
-  next_fire_at: string | null;
-  schedule_error: string | null;
-  failures: number;
-  last_run: { state: string; reason: string | null; fire_at: string | null } | null;
-  next_fires: UpcomingFire[];
-}
+export type Definition = schema.Definition;
 
 export interface Page<T> {
   items: T[];
@@ -146,71 +130,17 @@ export interface DefinitionDetail extends Version {
   next_fires: UpcomingFire[];
 }
 
-export interface RunError {
-  ename: string | null;
-  evalue: string | null;
-  cell_index: number | null;
-  line_number: number | null;
-  source_line: string | null;
-  reason?: string | null;
-  message?: string | null;
-}
+export type RunError = schema.RunError;
 
-export interface Run {
-  id: number;
-  definition: string;
-  slot_key: string | null;
-  kind: string;
-  state: string;
-  reason: string | null;
-  fire_at: string;
-  version: number;
-  parameters: Record<string, unknown>;
-  started_at?: string | null;
-  finished_at?: string | null;
-  context?: Record<string, unknown> | null;
-}
+export type Run = schema.Run;
 
-export interface Attempt {
-  attempt: number;
-  outcome: string | null;
-  worker: string;
-  engine: string;
-  started_at: string;
-  ended_at?: string | null;
-  duration_s?: number | null;
-  error: RunError | null;
-}
+export type Attempt = schema.Attempt;
 
-export interface Rendition {
-  id: number;
-  format: string;
-  variant: string;
-  state: string;
-  size?: number | null;
-  filename?: string | null;
-  media_type: string | null;
-}
+export type Rendition = schema.Rendition;
 
-export interface Delivery {
-  id: number;
-  channel: string;
-  recipient: string;
-  formats?: string[];
-  state: string;
-  reason: string | null;
-  attempts?: number;
-  sent_at?: string | null;
-  possible_duplicate?: boolean;
-  error?: Record<string, unknown> | null;
-}
+export type Delivery = schema.Delivery;
 
-export interface RunDetail extends Run {
-  error: RunError | null;
-  attempts: Attempt[];
-  renditions: Rendition[];
-  deliveries: Delivery[];
-}
+export type RunDetail = schema.RunDetail;
 
 export interface NotebookCheck {
   name: string | null;

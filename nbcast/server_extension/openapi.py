@@ -14,10 +14,26 @@ from typing import Any
 from nbcast import __version__
 from nbcast.server_extension.routes import Route, registered
 
-__all__ = ["document", "schema"]
+__all__ = [
+    "INSTANT",
+    "NULLABLE_INSTANT",
+    "NULLABLE_INT",
+    "NULLABLE_NUMBER",
+    "NULLABLE_OBJECT",
+    "NULLABLE_STRING",
+    "STRING",
+    "document",
+    "schema",
+]
 
 _SCHEMAS: dict[str, dict[str, Any]] = {}
 
+# The schemas' atoms, shared by every handler module.
+STRING = {"type": "string"}
+NULLABLE_STRING = {"type": ["string", "null"]}
+NULLABLE_INT = {"type": ["integer", "null"]}
+NULLABLE_NUMBER = {"type": ["number", "null"]}
+NULLABLE_OBJECT = {"type": ["object", "null"]}
 INSTANT = {"type": "string", "format": "date-time"}
 NULLABLE_INSTANT = {"type": ["string", "null"], "format": "date-time"}
 

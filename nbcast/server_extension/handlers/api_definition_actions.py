@@ -40,7 +40,7 @@ from nbcast.server_extension.handlers.api_definitions import (
     require_tenant,
 )
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.openapi import STRING, schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = [
@@ -66,7 +66,6 @@ PREVIEW_LIMIT = Param(
 )
 """The ``limit`` query parameter of both previews."""
 
-_STRING = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}
 DAY_OR_INSTANT = {
     "type": "string",
@@ -81,7 +80,7 @@ PAUSED = schema(
         "type": "object",
         "required": ["definition", "paused", "changed"],
         "properties": {
-            "definition": _STRING,
+            "definition": STRING,
             "paused": {"type": "boolean"},
             "changed": {"type": "boolean", "description": "False: it was already so"},
             "caught_up": {**_INT, "description": "Resume: slots due before the pause, decided"},
@@ -113,7 +112,7 @@ RUN_CREATED = schema(
         "type": "object",
         "required": ["definition", "run_ids"],
         "properties": {
-            "definition": _STRING,
+            "definition": STRING,
             "run_ids": {"type": "array", "items": {"type": "integer", "minimum": 1}},
         },
     },
@@ -133,7 +132,7 @@ BACKFILLED = schema(
         "type": "object",
         "required": ["definition", "slots", "inserted", "already_recorded"],
         "properties": {
-            "definition": _STRING,
+            "definition": STRING,
             "slots": _INT,
             "inserted": {**_INT, "description": "New backfill rows"},
             "already_recorded": {**_INT, "description": "Slots that had a row already"},
@@ -147,7 +146,7 @@ PREVIEW_SLOT = schema(
         "description": "A slot as `nbcast schedule preview --json` lists it.",
         "required": ["slot_key", "local", "fire_at", "status", "reason"],
         "properties": {
-            "slot_key": _STRING,
+            "slot_key": STRING,
             "local": {"type": "string", "format": "date-time"},
             "fire_at": {"type": "string", "format": "date-time"},
             "status": {"type": "string", "enum": ["scheduled", "skipped"]},
@@ -172,7 +171,7 @@ DEFINITION_PREVIEW_SLOT = schema(
             "parameters",
         ],
         "properties": {
-            "slot_key": _STRING,
+            "slot_key": STRING,
             "local": {"type": "string", "format": "date-time"},
             "fire_at": {"type": "string", "format": "date-time"},
             "status": {"type": "string", "enum": ["scheduled", "skipped"]},

@@ -58,7 +58,13 @@ from nbcast.server_extension.contents_paths import (
 )
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
+from nbcast.server_extension.openapi import (
+    INSTANT,
+    NULLABLE_INSTANT,
+    NULLABLE_STRING,
+    STRING,
+    schema,
+)
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
 from nbcast.views.definitions import DefinitionRecord, get_definition, list_definitions
@@ -91,8 +97,6 @@ DEFINITION_NAME = Param(
     description="The definition's name",
 )
 
-_STRING = {"type": "string"}
-_NULLABLE_STRING = {"type": ["string", "null"]}
 SOURCE_PATH_HELP = (
     "The file the definition is bound to, relative to the server's root folder "
     "('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook "
@@ -107,24 +111,24 @@ UPCOMING = schema(
         "(`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)').",
         "required": ["slot_key", "local", "fire_at", "status", "reason", "note"],
         "properties": {
-            "slot_key": _STRING,
+            "slot_key": STRING,
             "local": {"type": "string", "format": "date-time"},
             "fire_at": INSTANT,
             "status": {"type": "string", "enum": ["scheduled", "skipped"]},
-            "reason": _NULLABLE_STRING,
-            "note": _NULLABLE_STRING,
+            "reason": NULLABLE_STRING,
+            "note": NULLABLE_STRING,
         },
     },
 )
 _LAST_RUN = {
     "type": ["object", "null"],
     "required": ["state", "reason", "fire_at"],
-    "properties": {"state": _STRING, "reason": _NULLABLE_STRING, "fire_at": NULLABLE_INSTANT},
+    "properties": {"state": STRING, "reason": NULLABLE_STRING, "fire_at": NULLABLE_INSTANT},
 }
 _SCHEDULER = {
     "paused": {"type": "boolean"},
     "next_fire_at": NULLABLE_INSTANT,
-    "schedule_error": _NULLABLE_STRING,
+    "schedule_error": NULLABLE_STRING,
     "failures": {"type": "integer", "minimum": 0},
     "last_run": _LAST_RUN,
     "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
@@ -148,15 +152,15 @@ DEFINITION = schema(
             "next_fires",
         ],
         "properties": {
-            "name": _STRING,
+            "name": STRING,
             "latest_version": {"type": "integer", "minimum": 1},
             "schedule": {
                 "type": "string",
                 "description": "'<cron or every …> (<zone>)' or 'manual'",
             },
-            "cron": _NULLABLE_STRING,
-            "every": _NULLABLE_STRING,
-            "timezone": _STRING,
+            "cron": NULLABLE_STRING,
+            "every": NULLABLE_STRING,
+            "timezone": STRING,
             "source_path": {
                 "type": "string",
                 "description": SOURCE_PATH_HELP,
@@ -182,18 +186,18 @@ DEFINITION_PAGE = schema(
     },
 )
 _VERSION_PROPERTIES: dict[str, Any] = {
-    "definition": _STRING,
+    "definition": STRING,
     "version": {"type": "integer", "minimum": 1},
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-    "author": _STRING,
-    "message": _STRING,
+    "author": STRING,
+    "message": STRING,
     "created_at": INSTANT,
     "parameters": {
         "type": "array",
         "items": {
             "type": "object",
             "required": ["name", "type", "default", "help"],
-            "properties": {"name": _STRING, "type": _STRING, "default": {}, "help": _STRING},
+            "properties": {"name": STRING, "type": STRING, "default": {}, "help": STRING},
         },
     },
     "nbcast": {"type": "object", "description": "The version's nbcast metadata block"},
@@ -225,8 +229,8 @@ DETAIL = schema(
             **_VERSION_PROPERTIES,
             **_SCHEDULER,
             "latest_version": {"type": "integer", "minimum": 1},
-            "schedule": _STRING,
-            "timezone": _STRING,
+            "schedule": STRING,
+            "timezone": STRING,
         },
     },
 )
@@ -237,7 +241,7 @@ DIFF = schema(
         "description": "nbdime's structured diff from version a to version b (bounded).",
         "required": ["definition", "a", "b", "diff"],
         "properties": {
-            "definition": _STRING,
+            "definition": STRING,
             "a": {"type": "integer"},
             "b": {"type": "integer"},
             "diff": {"type": "array", "items": {"type": "object", "required": ["op", "key"]}},
@@ -278,7 +282,7 @@ PUBLISHED = schema(
                 "type": "boolean",
                 "description": "False: the notebook equals the latest version; nothing new",
             },
-            "warnings": {"type": "array", "items": _STRING},
+            "warnings": {"type": "array", "items": STRING},
             "definition": DEFINITION,
             "version": VERSION,
         },

@@ -27,13 +27,16 @@ from nbcast.server_extension.handlers.api_runs import (
     require_run_tenant,
 )
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import NULLABLE_INSTANT, schema
+from nbcast.server_extension.openapi import (
+    NULLABLE_INSTANT,
+    NULLABLE_OBJECT,
+    NULLABLE_STRING,
+    schema,
+)
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = ["DELIVERY", "DeliveriesHandler", "RetryDeliveriesHandler"]
 
-_NULLABLE_STRING = {"type": ["string", "null"]}
-_NULLABLE_OBJECT = {"type": ["object", "null"]}
 
 DELIVERY = schema(
     "Delivery",
@@ -57,8 +60,8 @@ DELIVERY = schema(
             "attempts": {"type": "integer", "minimum": 0},
             "possible_duplicate": {"type": "boolean"},
             "sent_at": NULLABLE_INSTANT,
-            "receipt": _NULLABLE_OBJECT,
-            "error": _NULLABLE_OBJECT,
+            "receipt": NULLABLE_OBJECT,
+            "error": NULLABLE_OBJECT,
             "outcome_unknown": {"type": "boolean"},
             "not_before": NULLABLE_INSTANT,
             "created_at": NULLABLE_INSTANT,
@@ -80,12 +83,12 @@ schema(
             "variant": {"type": "string"},
             "state": {"type": "string", "enum": [s.value for s in RenditionState]},
             "attempts": {"type": "integer", "minimum": 0},
-            "sha256": _NULLABLE_STRING,
+            "sha256": NULLABLE_STRING,
             "size": {"type": ["integer", "null"]},
-            "filename": _NULLABLE_STRING,
-            "media_type": _NULLABLE_STRING,
+            "filename": NULLABLE_STRING,
+            "media_type": NULLABLE_STRING,
             "seconds": {"type": ["number", "null"]},
-            "error": _NULLABLE_OBJECT,
+            "error": NULLABLE_OBJECT,
             "rendered_at": NULLABLE_INSTANT,
         },
     },

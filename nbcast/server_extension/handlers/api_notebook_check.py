@@ -77,7 +77,7 @@ from nbcast.server_extension.handlers.api_definitions import (
     tenant_exists,
 )
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.openapi import NULLABLE_STRING, STRING, schema
 from nbcast.server_extension.routes import API, Operation, route
 from nbcast.tenancy.roles import Role, require
 from nbcast.views.definitions import get_definition
@@ -87,8 +87,6 @@ __all__ = ["CHECK_FIRES", "LIMITS_KEY", "NotebookCheckHandler", "TooManyChecks"]
 LIMITS_KEY = "nbcast_check_limits"
 """The tornado settings key of the server's :class:`CheckLimits`."""
 
-_STRING = {"type": "string"}
-_NULLABLE_STRING = {"type": ["string", "null"]}
 
 CHECK_BODY = schema(
     "NotebookCheckRequest",
@@ -128,24 +126,24 @@ CHECK = schema(
             "timezone",
         ],
         "properties": {
-            "name": _NULLABLE_STRING,
+            "name": NULLABLE_STRING,
             "parameters": {
                 "type": "array",
                 "items": {
                     "type": "object",
                     "required": ["name", "type", "default", "help"],
                     "properties": {
-                        "name": _STRING,
-                        "type": _STRING,
+                        "name": STRING,
+                        "type": STRING,
                         "default": {},
-                        "help": _STRING,
+                        "help": STRING,
                     },
                 },
             },
             "problem": {
                 "type": ["object", "null"],
                 "required": ["field", "message"],
-                "properties": {"field": _NULLABLE_STRING, "message": _STRING},
+                "properties": {"field": NULLABLE_STRING, "message": STRING},
             },
             "next_fires": {"type": "array", "maxItems": CHECK_FIRES, "items": UPCOMING},
             "published": {
@@ -159,7 +157,7 @@ CHECK = schema(
                     "same",
                 ],
                 "properties": {
-                    "name": _STRING,
+                    "name": STRING,
                     "latest_version": {"type": "integer", "minimum": 1},
                     "source_path": {"type": "string", "description": SOURCE_PATH_HELP},
                     "this_file": {
@@ -173,10 +171,10 @@ CHECK = schema(
                     },
                 },
             },
-            "channels": {"type": "array", "items": _STRING},
-            "formats": {"type": "array", "items": _STRING},
-            "zones": {"type": "array", "items": _STRING},
-            "timezone": _NULLABLE_STRING,
+            "channels": {"type": "array", "items": STRING},
+            "formats": {"type": "array", "items": STRING},
+            "zones": {"type": "array", "items": STRING},
+            "timezone": NULLABLE_STRING,
         },
     },
 )

@@ -32,7 +32,16 @@ from nbcast.scheduler.models import RunKind, RunState
 from nbcast.scheduler.runs import MAX_RUN_ID, own_run, run_not_found
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
+from nbcast.server_extension.openapi import (
+    INSTANT,
+    NULLABLE_INSTANT,
+    NULLABLE_INT,
+    NULLABLE_NUMBER,
+    NULLABLE_OBJECT,
+    NULLABLE_STRING,
+    STRING,
+    schema,
+)
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
 from nbcast.views.runs import RunDetail, get_run
@@ -72,11 +81,6 @@ LIMIT = Param(
     description=f"Items per page (1 to {MAX_LIST})",
 )
 
-_STRING = {"type": "string"}
-_NULLABLE_STRING = {"type": ["string", "null"]}
-_NULLABLE_INT = {"type": ["integer", "null"]}
-_NULLABLE_NUMBER = {"type": ["number", "null"]}
-_NULLABLE_OBJECT = {"type": ["object", "null"]}
 
 ERROR_INFO = schema(
     "RunError",
@@ -86,13 +90,13 @@ ERROR_INFO = schema(
         "(papermill's index) and the source line that raised.",
         "required": ["ename", "evalue", "cell_index", "line_number", "source_line"],
         "properties": {
-            "ename": _NULLABLE_STRING,
-            "evalue": _NULLABLE_STRING,
-            "cell_index": _NULLABLE_INT,
-            "line_number": _NULLABLE_INT,
-            "source_line": _NULLABLE_STRING,
-            "reason": _NULLABLE_STRING,
-            "message": _NULLABLE_STRING,
+            "ename": NULLABLE_STRING,
+            "evalue": NULLABLE_STRING,
+            "cell_index": NULLABLE_INT,
+            "line_number": NULLABLE_INT,
+            "source_line": NULLABLE_STRING,
+            "reason": NULLABLE_STRING,
+            "message": NULLABLE_STRING,
         },
     },
 )
@@ -106,21 +110,21 @@ RUN = schema(
         "required": ["id", "definition", "kind", "state", "fire_at", "version", "parameters"],
         "properties": {
             "id": {"type": "integer"},
-            "definition": _STRING,
-            "slot_key": _NULLABLE_STRING,
+            "definition": STRING,
+            "slot_key": NULLABLE_STRING,
             "kind": {"type": "string", "enum": [k.value for k in RunKind]},
             "state": {"type": "string", "enum": [s.value for s in RunState]},
-            "reason": _NULLABLE_STRING,
+            "reason": NULLABLE_STRING,
             "fire_at": INSTANT,
             "version": {"type": "integer"},
             "parameters": {"type": "object"},
             "created_at": INSTANT,
             "attempt": {"type": "integer", "minimum": 0},
-            "artifact_sha256": _NULLABLE_STRING,
+            "artifact_sha256": NULLABLE_STRING,
             "started_at": NULLABLE_INSTANT,
             "finished_at": NULLABLE_INSTANT,
-            "context": _NULLABLE_OBJECT,
-            "rerun_of": _NULLABLE_INT,
+            "context": NULLABLE_OBJECT,
+            "rerun_of": NULLABLE_INT,
         },
     },
 )
@@ -145,15 +149,15 @@ ATTEMPT = schema(
         "required": ["attempt", "outcome", "worker", "engine", "started_at", "error"],
         "properties": {
             "attempt": {"type": "integer"},
-            "outcome": _NULLABLE_STRING,
-            "worker": _STRING,
-            "host": _STRING,
-            "engine": _STRING,
+            "outcome": NULLABLE_STRING,
+            "worker": STRING,
+            "host": STRING,
+            "engine": STRING,
             "started_at": INSTANT,
             "ended_at": NULLABLE_INSTANT,
-            "duration_s": _NULLABLE_NUMBER,
-            "kernel_start_s": _NULLABLE_NUMBER,
-            "artifact_sha256": _NULLABLE_STRING,
+            "duration_s": NULLABLE_NUMBER,
+            "kernel_start_s": NULLABLE_NUMBER,
+            "artifact_sha256": NULLABLE_STRING,
             "error": _NULLABLE_ERROR,
         },
     },
@@ -177,11 +181,11 @@ LINK_OPEN = schema(
         "properties": {
             "link": {"type": "integer"},
             "run": {"type": "integer"},
-            "delivery": _NULLABLE_INT,
-            "recipient": _STRING,
-            "file": _STRING,
+            "delivery": NULLABLE_INT,
+            "recipient": STRING,
+            "file": STRING,
             "opened_at": INSTANT,
-            "network": _STRING,
+            "network": STRING,
             "user_agent": {"type": "string", "maxLength": MAX_USER_AGENT_CHARS},
         },
     },
@@ -207,26 +211,26 @@ RUN_DETAIL = schema(
         ],
         "properties": {
             "id": {"type": "integer"},
-            "tenant": _STRING,
-            "definition": _STRING,
+            "tenant": STRING,
+            "definition": STRING,
             "version": {"type": "integer"},
-            "slot_key": _NULLABLE_STRING,
+            "slot_key": NULLABLE_STRING,
             "kind": {"type": "string", "enum": [k.value for k in RunKind]},
             "fire_at": INSTANT,
             "state": {"type": "string", "enum": [s.value for s in RunState]},
-            "reason": _NULLABLE_STRING,
+            "reason": NULLABLE_STRING,
             "created_at": INSTANT,
             "started_at": NULLABLE_INSTANT,
             "finished_at": NULLABLE_INSTANT,
             "not_before": INSTANT,
             "parameters": {"type": "object"},
-            "context": _NULLABLE_OBJECT,
-            "rerun_of": _NULLABLE_INT,
+            "context": NULLABLE_OBJECT,
+            "rerun_of": NULLABLE_INT,
             "attempt": {"type": "integer"},
-            "notebook_sha256": _NULLABLE_STRING,
+            "notebook_sha256": NULLABLE_STRING,
             "error": _NULLABLE_ERROR,
             "cancel_requested_at": NULLABLE_INSTANT,
-            "cancel_requested_by": _NULLABLE_STRING,
+            "cancel_requested_by": NULLABLE_STRING,
             "attempts": {"type": "array", "items": ATTEMPT},
             "renditions": {"type": "array", "items": {"$ref": "#/components/schemas/Rendition"}},
             "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
@@ -253,9 +257,9 @@ CANCEL = schema(
             "state": {"type": "string", "enum": [s.value for s in RunState]},
             "cancel": {"type": "string", "enum": ["requested"]},
             "requested_at": INSTANT,
-            "requested_by": _STRING,
+            "requested_by": STRING,
             "already_requested": {"type": "boolean"},
-            "next": _STRING,
+            "next": STRING,
         },
     },
 )

@@ -20,13 +20,12 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.openapi import NULLABLE_INSTANT, schema
 from nbcast.server_extension.routes import API, Operation, route
 from nbcast.server_extension.services import SERVICES_KEY, ServiceSupervisor, disabled_snapshot
 
 __all__ = ["EmbeddedServicesHandler"]
 
-_INSTANT_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
 
 schema(
@@ -66,14 +65,14 @@ schema(
                 **_COUNT,
                 "description": "Exits in a row without a stable period; sets the backoff",
             },
-            "started_at": _INSTANT_OR_NULL,
+            "started_at": NULLABLE_INSTANT,
             "last_exit_code": {
                 "type": ["integer", "null"],
                 "description": "Its last exit status; negative: killed by that signal; "
                 "null: it has not exited (or could not be started)",
             },
-            "last_exit_at": _INSTANT_OR_NULL,
-            "next_start_at": _INSTANT_OR_NULL,
+            "last_exit_at": NULLABLE_INSTANT,
+            "next_start_at": NULLABLE_INSTANT,
         },
     },
 )

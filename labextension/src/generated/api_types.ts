@@ -1,0 +1,549 @@
+// Generated from the REST API's OpenAPI components by
+// `python -m nbcast.server_extension.typescript`; do not edit.
+
+export interface Attempt {
+  attempt: number;
+  outcome: string | null;
+  worker: string;
+  host?: string;
+  engine: string;
+  started_at: string;
+  ended_at?: string | null;
+  duration_s?: number | null;
+  kernel_start_s?: number | null;
+  artifact_sha256?: string | null;
+  error: RunError | null;
+}
+
+export interface AuditCheck {
+  intact: boolean;
+  entries: number;
+  broken: null | {
+    seq: number;
+    problem: string;
+  };
+}
+
+/** One entry of the tenant's hash-chained audit log (one line of `nbcast audit export`). */
+export interface AuditEntry {
+  tenant: string;
+  seq: number;
+  at: string;
+  actor: string;
+  action: "definition.published" | "schedule.changed" | "definition.paused" | "definition.resumed" | "run.requested" | "run.rerun" | "backfill.requested" | "run.cancel_requested" | "deliveries.retried" | "tenant.created" | "quota.changed" | "ceilings.changed" | "network.changed" | "budget.changed" | "retention.changed" | "user.added" | "role.granted" | "role.revoked" | "operator.granted" | "operator.revoked" | "link.created" | "link.opened" | "link.revoked" | "subscription.unsubscribed" | "delivery.sent" | "delivery.failed" | "delivery.suppressed" | "retention.deleted" | "sla.missed";
+  object: string;
+  details: Record<string, unknown>;
+  prev_hash: string;
+  hash: string;
+}
+
+export interface AuditPage {
+  items: AuditEntry[];
+  next: string | null;
+}
+
+export interface CancelResult {
+  run_id: number;
+  state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
+  cancel: "requested";
+  requested_at: string;
+  requested_by: string;
+  already_requested?: boolean;
+  next?: string;
+}
+
+/** A definition as listed: its latest version's schedule and the scheduler's view of it. */
+export interface Definition {
+  name: string;
+  latest_version: number;
+  /** '<cron or every …> (<zone>)' or 'manual' */
+  schedule: string;
+  cron: string | null;
+  every: string | null;
+  timezone: string;
+  /** The file the definition is bound to, relative to the server's root folder ('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook published as JSON; never an absolute path of the server */
+  source_path?: string;
+  created_at?: string;
+  updated_at?: string;
+  paused: boolean;
+  next_fire_at: string | null;
+  schedule_error?: string | null;
+  failures?: number;
+  last_run: {
+    state: string;
+    reason: string | null;
+    fire_at: string | null;
+  } | null;
+  next_fires: UpcomingFire[];
+}
+
+export interface DefinitionBackfill {
+  definition: string;
+  slots: number;
+  /** New backfill rows */
+  inserted: number;
+  /** Slots that had a row already */
+  already_recorded: number;
+}
+
+export interface DefinitionBackfillRequest {
+  /** An ISO 8601 instant with an offset, or a date YYYY-MM-DD: the start of that day in the schedule's zone */
+  from: string;
+  /** An ISO 8601 instant with an offset, or a date YYYY-MM-DD: the start of that day in the schedule's zone */
+  until: string;
+}
+
+/** One version (the latest unless asked) as `nbcast definitions show --json` shows it, with the definition's schedule and next fire times. */
+export interface DefinitionDetail {
+  definition: string;
+  version: number;
+  sha256: string;
+  author: string;
+  message: string;
+  created_at: string;
+  parameters: {
+    name: string;
+    type: string;
+    default: unknown;
+    help: string;
+  }[];
+  /** The version's nbcast metadata block */
+  nbcast: Record<string, unknown>;
+  paused: boolean;
+  next_fire_at: string | null;
+  schedule_error: string | null;
+  failures: number;
+  last_run: {
+    state: string;
+    reason: string | null;
+    fire_at: string | null;
+  } | null;
+  next_fires: UpcomingFire[];
+  latest_version: number;
+  schedule: string;
+  timezone: string;
+}
+
+/** nbdime's structured diff from version a to version b (bounded). */
+export interface DefinitionDiff {
+  definition: string;
+  a: number;
+  b: number;
+  diff: Record<string, unknown>[];
+  /** With format=nbdime: version a's stored notebook, the base the diff applies to (nbdime's NotebookDiffModel takes both) */
+  base?: Record<string, unknown>;
+}
+
+export interface DefinitionPage {
+  items: Definition[];
+  /** The next page's `after` (null: this is the last page) */
+  next: string | null;
+}
+
+export interface DefinitionPaused {
+  definition: string;
+  paused: boolean;
+  /** False: it was already so */
+  changed: boolean;
+  /** Resume: slots due before the pause, decided */
+  caught_up?: number;
+  /** Resume: slots recorded SKIPPED paused */
+  skipped_paused?: number;
+}
+
+/** A slot of a published definition as `nbcast schedule preview --definition … --json` lists it: its data interval and parameter values. */
+export interface DefinitionPreviewSlot {
+  slot_key: string;
+  local: string;
+  fire_at: string;
+  status: "scheduled" | "skipped";
+  reason: string | null;
+  interval_start: string;
+  interval_end: string;
+  parameters: Record<string, unknown>;
+}
+
+/** A notebook to publish: `path` (under the server's root folder, read through its contents manager) or `notebook` (its JSON), not both. */
+export interface DefinitionPublish {
+  path?: string;
+  notebook?: Record<string, unknown>;
+  /** Definition name (default: metadata 'name', else the file's stem, else 'report') */
+  name?: string;
+  /** What changed in this version */
+  message?: string;
+}
+
+export interface DefinitionPublished {
+  /** False: the notebook equals the latest version; nothing new */
+  created: boolean;
+  warnings: string[];
+  definition: Definition;
+  version: DefinitionVersion;
+}
+
+export interface DefinitionRunCreated {
+  definition: string;
+  run_ids: number[];
+}
+
+export interface DefinitionRunRequest {
+  /** Values overriding the version's (each may be a slot binding) */
+  parameters?: Record<string, unknown>;
+  /** The instant whose period the run reports (default: now) */
+  at?: string;
+}
+
+export interface DefinitionVersion {
+  definition: string;
+  version: number;
+  sha256: string;
+  author: string;
+  message: string;
+  created_at: string;
+  parameters: {
+    name: string;
+    type: string;
+    default: unknown;
+    help: string;
+  }[];
+  /** The version's nbcast metadata block */
+  nbcast: Record<string, unknown>;
+}
+
+export interface DefinitionVersionList {
+  items: DefinitionVersion[];
+}
+
+export interface DeliveriesRetried {
+  run: number;
+  /** FAILED deliveries put back to PENDING */
+  retried: number;
+}
+
+/** One ledger row: a run's report to one recipient over one channel (the keys of `nbcast deliveries list --json`). */
+export interface Delivery {
+  id: number;
+  run: number;
+  report: string;
+  channel: string;
+  recipient: string;
+  formats?: string[];
+  state: "PENDING" | "SENDING" | "SENT" | "FAILED" | "SUPPRESSED";
+  reason: "unsubscribed" | "superseded" | "stale" | "no_results" | "unchanged" | "render_failed" | "refused" | "max_attempts" | "outcome_unknown" | "lease_expired" | "prepare_failed" | "internal_error" | "no_channel" | "retry" | "retry_requested" | "lease_low" | "late_renditions" | null;
+  attempts?: number;
+  possible_duplicate?: boolean;
+  sent_at?: string | null;
+  receipt?: Record<string, unknown> | null;
+  error?: Record<string, unknown> | null;
+  outcome_unknown?: boolean;
+  not_before?: string | null;
+  created_at?: string | null;
+  updated_at?: string | null;
+}
+
+export interface DeliveryPage {
+  items: Delivery[];
+  /** The next page's `after` (null: this is the last page) */
+  next: string | null;
+}
+
+export interface EmbeddedService {
+  kind: "scheduler" | "worker" | "delivery-worker" | "oversight";
+  /** The nbcast command the child runs */
+  command: string;
+  /** The process id of the child (its last one while it backs off; null before its first start) */
+  pid: number | null;
+  /** backing-off: it exited and starts again at next_start_at */
+  state: "running" | "backing-off" | "stopped";
+  /** Starts after the first */
+  restarts: number;
+  /** Exits in a row without a stable period; sets the backoff */
+  consecutive_failures: number;
+  started_at: string | null;
+  /** Its last exit status; negative: killed by that signal; null: it has not exited (or could not be started) */
+  last_exit_code: number | null;
+  last_exit_at: string | null;
+  next_start_at: string | null;
+}
+
+export interface EmbeddedServices {
+  /** Whether this server runs the services as its children */
+  enabled: boolean;
+  /** The server is stopping them */
+  stopping: boolean;
+  children: EmbeddedService[];
+}
+
+export interface Error {
+  error: {
+    code: string;
+    message: string;
+    field: string | null;
+  };
+}
+
+export interface Health {
+  ok: boolean;
+  checked_at: string;
+  alive: Record<string, number>;
+  scheduler_lag_s: number;
+  services: Service[];
+}
+
+/** One opening of a signed link: when, from which network (IPv4 /24, IPv6 /48, or `unknown`: never the whole address) and with which user agent. */
+export interface LinkOpen {
+  link: number;
+  run: number;
+  delivery: number | null;
+  recipient: string;
+  file: string;
+  opened_at: string;
+  network: string;
+  user_agent: string;
+}
+
+export interface NotebookCheck {
+  name: string | null;
+  parameters: {
+    name: string;
+    type: string;
+    default: unknown;
+    help: string;
+  }[];
+  problem: {
+    field: string | null;
+    message: string;
+  } | null;
+  next_fires: UpcomingFire[];
+  published: {
+    name: string;
+    latest_version: number;
+    /** The file the definition is bound to, relative to the server's root folder ('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook published as JSON; never an absolute path of the server */
+    source_path: string;
+    /** The definition is bound to the file `path` names */
+    this_file: boolean;
+    paused: boolean;
+    /** The notebook equals the latest version */
+    same: boolean;
+  } | null;
+  channels: string[];
+  formats: string[];
+  zones: string[];
+  timezone: string | null;
+}
+
+export interface NotebookCheckRequest {
+  /** The notebook's JSON */
+  notebook: Record<string, unknown>;
+  /** Its contents path: names the definition by default */
+  path?: string;
+  /** The definition name to publish as */
+  name?: string;
+  /** A zone (the browser's) to answer as a schedule may name it */
+  timezone?: string;
+}
+
+/** A slot as `nbcast schedule preview --json` lists it. */
+export interface PreviewSlot {
+  slot_key: string;
+  local: string;
+  fire_at: string;
+  status: "scheduled" | "skipped";
+  reason: string | null;
+}
+
+/** The quotas to change (at least one); a budget null removes the budget. */
+export interface QuotaChange {
+  max_concurrent_runs?: number;
+  cpus_per_run?: number;
+  memory_mb_per_run?: number;
+  run_timeout_s?: number;
+  max_attempts?: number;
+  share?: number;
+  max_processes_per_run?: number;
+  budget_warehouse_bytes_per_day?: number | null;
+  budget_cpu_s_per_day?: number | null;
+}
+
+/** One format of one run; download it from /runs/{run_id}/renditions/{id} once its state is DONE. */
+export interface Rendition {
+  id: number;
+  run: number;
+  format: string;
+  variant: string;
+  state: "PENDING" | "DONE" | "FAILED";
+  attempts?: number;
+  sha256: string | null;
+  size?: number | null;
+  filename?: string | null;
+  media_type: string | null;
+  seconds?: number | null;
+  error?: Record<string, unknown> | null;
+  rendered_at?: string | null;
+}
+
+export interface Rerun {
+  id: number;
+  rerun_of: number;
+  kind: "rerun";
+  state: "QUEUED";
+}
+
+/** A run as listed (the keys of `nbcast runs list --json`). */
+export interface Run {
+  id: number;
+  definition: string;
+  slot_key?: string | null;
+  kind: "scheduled" | "backfill" | "manual" | "rerun";
+  state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
+  reason?: string | null;
+  fire_at: string;
+  version: number;
+  parameters: Record<string, unknown>;
+  created_at?: string;
+  attempt?: number;
+  artifact_sha256?: string | null;
+  started_at?: string | null;
+  finished_at?: string | null;
+  context?: Record<string, unknown> | null;
+  rerun_of?: number | null;
+}
+
+/** Everything about one run (the keys of `nbcast runs show --json`, and the newest 100 openings of its signed links). */
+export interface RunDetail {
+  id: number;
+  tenant: string;
+  definition: string;
+  version?: number;
+  slot_key?: string | null;
+  kind?: "scheduled" | "backfill" | "manual" | "rerun";
+  fire_at?: string;
+  state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
+  reason?: string | null;
+  created_at?: string;
+  started_at?: string | null;
+  finished_at?: string | null;
+  not_before?: string;
+  parameters: Record<string, unknown>;
+  context: Record<string, unknown> | null;
+  rerun_of?: number | null;
+  attempt?: number;
+  notebook_sha256?: string | null;
+  error?: RunError | null;
+  cancel_requested_at?: string | null;
+  cancel_requested_by?: string | null;
+  attempts: Attempt[];
+  renditions: Rendition[];
+  deliveries: Delivery[];
+  /** The openings of the run's signed links, newest first */
+  link_opens: LinkOpen[];
+  /** Whether older openings exist than those listed */
+  link_opens_more: boolean;
+}
+
+/** Why an attempt or a run failed: the exception, the failing cell (papermill's index) and the source line that raised. */
+export interface RunError {
+  ename: string | null;
+  evalue: string | null;
+  cell_index: number | null;
+  line_number: number | null;
+  source_line: string | null;
+  reason?: string | null;
+  message?: string | null;
+}
+
+export interface RunPage {
+  items: Run[];
+  /** The next page's `after` (null: this is the last page) */
+  next: string | null;
+}
+
+export interface Service {
+  kind: string;
+  name: string;
+  host?: string;
+  pid?: number;
+  version?: string;
+  state: "running" | "stopping" | "stopped";
+  alive: boolean;
+  started_at?: string;
+  beat_at: string;
+  lag_s: number;
+  iterations?: number;
+  errors?: number;
+  last_error?: string | null;
+  detail?: Record<string, unknown>;
+}
+
+/** A slot not delivered within its definition's sla.delivered_within, and the alert sent to the definition's owner (the keys of `nbcast sla list --json`). */
+export interface SlaMiss {
+  id: number;
+  definition: string;
+  /** The slot's key (its local wall time) */
+  slot: string;
+  fire_at: string;
+  deadline: string;
+  detected_at?: string;
+  /** The slot's run state when the miss was found (SKIPPED, MISSED, FAILED, RUNNING, SUCCEEDED without a timely delivery, …) */
+  state: string;
+  reason?: string | null;
+  /** The slot's first run (GET /runs/{run_id}) */
+  run?: number | null;
+  alert: {
+    state: "PENDING" | "SENT" | "FAILED" | "NONE";
+    channel: string | null;
+    to: string | null;
+    attempts: number;
+    alerted_at?: string | null;
+    error?: Record<string, unknown> | null;
+  };
+}
+
+export interface SlaMissPage {
+  items: SlaMiss[];
+  /** The next page's `after` (null: this is the last page) */
+  next: string | null;
+}
+
+/** A tenant and its quotas (the keys of `nbcast tenants list --json`). */
+export interface Tenant {
+  name: string;
+  created_at?: string | null;
+  max_concurrent_runs: number;
+  cpus_per_run: number;
+  memory_mb_per_run: number;
+  run_timeout_s: number;
+  max_attempts: number;
+  share: number;
+  max_processes_per_run: number;
+  budget_warehouse_bytes_per_day: number | null;
+  budget_cpu_s_per_day: number | null;
+  /** What the tenant's sandboxed kernels reach over the network. */
+  network?: "host" | "none";
+  /** The most the tenant's admins may set each quota to; a budget's null: they may remove it (set by operators). */
+  ceilings?: {
+    max_concurrent_runs?: number;
+    cpus_per_run?: number;
+    memory_mb_per_run?: number;
+    run_timeout_s?: number;
+    max_attempts?: number;
+    share?: number;
+    max_processes_per_run?: number;
+    budget_warehouse_bytes_per_day?: number | null;
+    budget_cpu_s_per_day?: number | null;
+  };
+}
+
+export interface TenantList {
+  items: Tenant[];
+}
+
+/** A coming slot in the definition's zone, with what DST does to it (`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)'). */
+export interface UpcomingFire {
+  slot_key: string;
+  local: string;
+  fire_at: string;
+  status: "scheduled" | "skipped";
+  reason: string | null;
+  note: string | null;
+}
