@@ -37,7 +37,6 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
-from nbcast.definitions.bindings import resolve_parameters
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.definitions.queries import definition_row
@@ -45,7 +44,7 @@ from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState, ScheduleState
-from nbcast.scheduler.period import context_of, manual_period
+from nbcast.scheduler.period import manual_period, resolve_run
 from nbcast.scheduler.policies import ActiveRuns, Decision, SlotReason, decide
 from nbcast.scheduler.runs import own_run
 from nbcast.scheduler.slots import (
@@ -302,10 +301,15 @@ def run_now_all(
         schema = schema_from_json(version.parameter_schema)
         given = validate_parameters(schema, parameters, bindings=True)
         period = manual_period(plan.intervals, plan.zone, at or now)
-        context = context_of(kind=RunKind.manual.value, slot_key=None, fire_at=now, period=period)
         runs = []
         for audience in plan.audiences:
-            values = {**plan.spec.parameters, **given, **audience.parameters}
+            context, resolved = resolve_run(
+                {**plan.spec.parameters, **given, **audience.parameters},
+                period,
+                kind=RunKind.manual.value,
+                slot_key=None,
+                fire_at=now,
+            )
             run = Run(
                 tenant_id=definition.tenant_id,
                 definition_id=definition.id,
@@ -318,7 +322,7 @@ def run_now_all(
                 fire_at=now,
                 state=RunState.QUEUED.value,
                 reason=None,
-                parameters=resolve_parameters(values, period),
+                parameters=resolved,
                 context=context,
                 serial=False,
                 not_before=now,

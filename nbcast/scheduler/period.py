@@ -19,7 +19,11 @@ interval** ``[start, end)``:
   (a definition without a schedule: the empty interval at that instant).
 
 Bindings (:mod:`nbcast.definitions.bindings`) resolve against this; the executor hands
-it to the notebook as :func:`nbcast.context`.
+it to the notebook as :func:`nbcast.context`. :func:`resolve_run` is the one place a
+run's context and parameters are made from its period — for the scheduler's slots and
+backfills (:func:`nbcast.scheduler.slots.slot_rows`), a manual run
+(:func:`nbcast.scheduler.control.run_now`) and the preview
+(:func:`nbcast.scheduler.preview.preview_definition`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,17 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from nbcast.clock import format_instant
-from nbcast.definitions.bindings import Period
+from nbcast.definitions.bindings import Period, resolve_parameters
 from nbcast.definitions.spec import ScheduleSpec
 from nbcast.scheduler.compiler import CompiledSchedule, IntervalSchedule, Slot, compile_schedule
 
-__all__ = ["context_of", "interval_schedule", "manual_period", "slot_periods"]
+__all__ = [
+    "context_of",
+    "interval_schedule",
+    "manual_period",
+    "resolve_run",
+    "slot_periods",
+]
 
 _LOOKBACK_LIMIT = timedelta(days=366 * 30)
 """How far back a previous slot is looked for (a cron that fires once in 28 years —
@@ -121,3 +131,22 @@ def context_of(
         "interval_start": period.interval_start.isoformat(),
         "interval_end": period.interval_end.isoformat(),
     }
+
+
+def resolve_run(
+    values: dict[str, Any],
+    period: Period | None,
+    *,
+    kind: str,
+    slot_key: str | None,
+    fire_at: datetime,
+    bound: bool = True,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """A run's context and parameters: the period's context (:func:`context_of`) and
+    ``values`` with their slot bindings resolved for that period (``bound`` false: the
+    values hold no binding, nothing to resolve). Without a period (a definition whose
+    schedule has no intervals) there is no context and the values are as given."""
+    if period is None:
+        return None, dict(values)
+    context = context_of(kind=kind, slot_key=slot_key, fire_at=fire_at, period=period)
+    return context, (resolve_parameters(values, period) if bound else dict(values))

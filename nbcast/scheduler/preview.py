@@ -190,9 +190,8 @@ def preview_definition(
     ``block`` and ``schema`` are a stored version's ``nbcast`` block and parameter
     schema. A definition without a schedule is a :class:`ScheduleError`.
     """
-    from nbcast.definitions.bindings import resolve_parameters
     from nbcast.definitions.compiled import compile_version
-    from nbcast.scheduler.period import interval_schedule, slot_periods
+    from nbcast.scheduler.period import interval_schedule, resolve_run, slot_periods
 
     spec = compile_version(block, schema).spec
     if spec.schedule is None:
@@ -214,7 +213,13 @@ def preview_definition(
         row: dict[str, Any] = dict(slot_row(slot))
         row["interval_start"] = period.interval_start.isoformat()
         row["interval_end"] = period.interval_end.isoformat()
-        row["parameters"] = resolve_parameters(spec.parameters, period)
+        row["parameters"] = resolve_run(
+            spec.parameters,
+            period,
+            kind="scheduled",
+            slot_key=slot.key,
+            fire_at=slot.fire_at,
+        )[1]
         rows.append(row)
     return rows
 

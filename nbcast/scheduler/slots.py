@@ -45,14 +45,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.definitions.audiences import BASE, Audience, audiences
-from nbcast.definitions.bindings import Period, is_binding, resolve_parameters
+from nbcast.definitions.bindings import Period, is_binding
 from nbcast.definitions.compiled import compile_version
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec
 from nbcast.errors import ScheduleError
 from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState
-from nbcast.scheduler.period import context_of, interval_schedule, slot_periods
+from nbcast.scheduler.period import interval_schedule, resolve_run, slot_periods
 from nbcast.scheduler.policies import ActiveRuns, Decision
 
 __all__ = [
@@ -263,17 +263,15 @@ def slot_rows(
     rows = []
     for d, period in zip(decided, periods, strict=True):
         row = _row(definition_id, plan, schedule, d, kind, now)
-        context = (
-            None
-            if period is None
-            else context_of(
-                kind=kind.value, slot_key=d.slot.key, fire_at=d.slot.fire_at, period=period
-            )
-        )
         for audience in plan.audiences:
-            parameters = plan.parameters_of(audience)
-            if period is not None and plan.bound:
-                parameters = resolve_parameters(parameters, period)
+            context, parameters = resolve_run(
+                plan.parameters_of(audience),
+                period,
+                kind=kind.value,
+                slot_key=d.slot.key,
+                fire_at=d.slot.fire_at,
+                bound=plan.bound,
+            )
             rows.append(
                 {
                     **row,
