@@ -46,7 +46,7 @@ PROCESS_TESTS = (
     "sandbox/",
     "integration/",
     "labextension/",
-    "oversight/",
+    "oversight/test_oversight_service.py",
     # files whose tests run kernels, papermill, renders in children or nbcast services
     "executor/test_output_limits.py",
     "executor/test_hostile_reports.py",

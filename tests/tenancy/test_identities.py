@@ -41,9 +41,9 @@ from nbcast.tenancy.roles import (
 from nbcast.tenancy.tenants import ensure_tenant
 from tests.command import act_as
 from tests.conftest import scratch_pg_database
-from tests.governance.history import table_counts
 from tests.members import grant
 from tests.notebooks import make_notebook
+from tests.oversight.history import table_counts
 
 NOW = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 CLOCK = FixedClock(NOW)

@@ -31,8 +31,8 @@ from nbcast.oversight.jobs import JobRunner
 from nbcast.oversight.sla import alert_route
 from nbcast.scheduler.control import pause, resume
 from nbcast.testing.smtp import FakeSMTPServer, smtp_server
-from tests.governance.sla_world import ALICE, OWNER, RECIPIENT, Services, World, minutes
 from tests.members import grant
+from tests.oversight.sla_world import ALICE, OWNER, RECIPIENT, Services, World, minutes
 
 START = datetime(2026, 11, 2, 6, 58, tzinfo=UTC)
 SLOT = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)

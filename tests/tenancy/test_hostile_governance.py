@@ -24,8 +24,8 @@ from nbcast.errors import ConflictError
 from nbcast.tenancy.members import revoke_operator, set_role
 from nbcast.tenancy.models import Operator, User
 from tests.command import act_as
-from tests.governance.history import table_counts
 from tests.members import grant
+from tests.oversight.history import table_counts
 
 NOW = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """Retention on both back ends, on a fixed clock over a history made by the real planes
-(:mod:`tests.governance.history`): old rows and unreferenced blobs go, kept and
+(:mod:`tests.oversight.history`): old rows and unreferenced blobs go, kept and
 shared-by-hash blobs stay, a live link keeps its run and files, a dry run writes
 nothing, the per-day audit entries verify and match what went, the cost figures
 survive, a failing store loses nothing, and the daily job runs once a day however
@@ -32,7 +32,8 @@ from nbcast.scheduler.models import FINISHED_STATES, Run
 from nbcast.tenancy import audit
 from nbcast.tenancy.models import AuditEntry, Operator, Tenant
 from tests.command import act_as
-from tests.governance.history import (
+from tests.members import grant
+from tests.oversight.history import (
     SHARED,
     START,
     History,
@@ -43,7 +44,6 @@ from tests.governance.history import (
     store_files,
     table_counts,
 )
-from tests.members import grant
 
 ADMIN = Caller(tenant="default", user="t")
 """The history's publisher: the home's first user, so its operator and admin."""

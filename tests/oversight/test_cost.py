@@ -1,5 +1,5 @@
 """The cost report on both back ends, over a history made by the real planes
-(:mod:`tests.governance.history`): its figures are those of the raw rows per
+(:mod:`tests.oversight.history`): its figures are those of the raw rows per
 definition and UTC day (NULL CPU and memory counted as 0), it reads the same after
 retention deleted the runs, and ``nbcast cost report`` prints it, as JSON too, with a
 deterministic stacked daily chart; bad input and strangers get one error line and
@@ -29,8 +29,8 @@ from nbcast.oversight.retention import run_retention, set_retention
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.models import Operator
 from tests.command import act_as
-from tests.governance.history import START, History, make_history, store_files, table_counts
 from tests.members import grant
+from tests.oversight.history import START, History, make_history, store_files, table_counts
 
 FIRST, LAST = START.date(), START.date() + timedelta(days=30)
 VIEWER = Caller(tenant="default", user="val")

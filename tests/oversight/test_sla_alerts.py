@@ -17,7 +17,7 @@ from nbcast.db import Database
 from nbcast.delivery.channels.email import EmailChannel
 from nbcast.oversight.sla_alerts import AlertWorker
 from nbcast.testing.smtp import FakeSMTPServer, smtp_server
-from tests.governance.sla_world import OWNER, World, minutes
+from tests.oversight.sla_world import OWNER, World, minutes
 
 START = datetime(2026, 11, 2, 6, 58, tzinfo=UTC)
 SLOT = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.delivery.channels.webhook import WebhookChannel
 from nbcast.oversight.sla_queries import SlaMissRecord, list_misses
-from tests.governance.sla_world import ALICE, World, minutes
 from tests.members import grant
+from tests.oversight.sla_world import ALICE, World, minutes
 
 SLOT = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)
 SECRET = "s3cr3t-token"
