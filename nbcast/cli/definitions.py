@@ -117,24 +117,14 @@ def _status(info: Any) -> str:
 @pass_app
 def definitions_show(app: AppContext, name: str, number: int | None, as_json: bool) -> None:
     """Show one version of a definition: parameters, schedule, outputs, subscriptions."""
-    from nbcast.definitions.queries import get_version
-    from nbcast.views.definitions import get_definition
+    from nbcast.views.definitions import get_definition_detail
 
     with app.db.session() as session:
-        info = get_version(session, app.caller, name, number)
-        status = get_definition(session, app.caller, name)
+        detail = get_definition_detail(session, app.caller, name, number, now=app.clock.now())
     if as_json:
-        emit_json(
-            {
-                **info.to_json(),
-                "paused": status.paused,
-                "next_fire_at": status.to_json()["next_fire_at"],
-                "schedule_error": status.schedule_error,
-                "failures": status.failures,
-                "last_run": status.to_json()["last_run"],
-            }
-        )
+        emit_json(detail.to_json())
         return
+    info, status = detail.version, detail.record
     click.echo(f"{info.definition} v{info.version}  sha256 {info.sha256}")
     click.echo(f"author {info.author}, {when(info.created_at)}: {info.message or '-'}")
     click.echo(f"scheduler: {_status(status)}, next fire {when(status.next_fire_at) or '-'}")

@@ -18,15 +18,29 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, decode_cursor, encode_cursor, page_limit
 from nbcast.clock import format_instant
+from nbcast.definitions.compiled import compile_schedule_block
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.definitions.queries import VersionInfo, get_version
 from nbcast.definitions.recipients import Disclosure, disclosure
-from nbcast.errors import UnknownDefinitionError
+from nbcast.errors import NbcastError, UnknownDefinitionError
 from nbcast.limits import clip
 from nbcast.scheduler.models import Run, ScheduleState
+from nbcast.scheduler.upcoming import upcoming
 from nbcast.tenancy.models import Tenant
 from nbcast.tenancy.roles import readable_tenant
 
-__all__ = ["DefinitionRecord", "get_definition", "list_definitions"]
+__all__ = [
+    "NEXT_FIRES",
+    "DefinitionDetail",
+    "DefinitionRecord",
+    "get_definition",
+    "get_definition_detail",
+    "list_definitions",
+    "next_fires_json",
+]
+
+NEXT_FIRES = 3
+"""The upcoming slots a definition's list entry and detail show."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,3 +188,57 @@ def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRec
             f"no definition named {clip(name)} in tenant {caller.tenant!r}"
         )
     return records[0]
+
+
+def next_fires_json(
+    block: dict[str, Any], now: datetime, count: int = NEXT_FIRES
+) -> list[dict[str, Any]]:
+    """The next ``count`` slots of a version's schedule as JSON (none: manual, or a
+    schedule that no longer compiles — the scheduler records that one's error)."""
+    schedule = block.get("schedule")
+    if not isinstance(schedule, dict):
+        return []
+    try:
+        spec = compile_schedule_block(schedule)
+        return [] if spec is None else [f.to_json() for f in upcoming(spec, now, count)]
+    except NbcastError:
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefinitionDetail:
+    """One version of a definition with the definition's state: what ``nbcast
+    definitions show --json`` prints and ``GET /definitions/{name}`` answers (schema
+    ``DefinitionDetail``) — one record, so the two cannot differ."""
+
+    version: VersionInfo
+    record: DefinitionRecord
+    next_fires: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        """The version's JSON, then the definition's state."""
+        status = self.record.to_json()
+        return {
+            **self.version.to_json(),
+            "paused": self.record.paused,
+            "next_fire_at": status["next_fire_at"],
+            "schedule_error": self.record.schedule_error,
+            "failures": self.record.failures,
+            "last_run": status["last_run"],
+            "latest_version": self.record.latest_version,
+            "schedule": self.record.schedule,
+            "timezone": self.record.timezone,
+            "next_fires": self.next_fires,
+        }
+
+
+def get_definition_detail(
+    session: Session, caller: Caller, name: str, version: int | None = None, *, now: datetime
+) -> DefinitionDetail:
+    """Version ``version`` (default: the latest) of the caller's definition ``name``,
+    with the definition's state and its next fires as of ``now``."""
+    info = get_version(session, caller, name, version)
+    record = get_definition(session, caller, name)
+    return DefinitionDetail(
+        version=info, record=record, next_fires=next_fires_json(record.block, now)
+    )

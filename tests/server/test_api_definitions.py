@@ -169,7 +169,7 @@ def test_the_list_pages_by_cursor(
 
 
 def test_show_and_versions(
-    published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
+    server: LiveServer, published: dict[str, Any], alice: httpx.Client, document: dict[str, Any]
 ) -> None:
     path = f"{API}/definitions/{{name}}"
     body = conforms(document, alice.get(f"{API}/definitions/nightly"), path, "get")
@@ -177,6 +177,9 @@ def test_show_and_versions(
     assert body["nbcast"] == NIGHTLY
     assert body["schedule"] == "30 2 * * * (Europe/Berlin)"
     assert len(body["next_fires"]) == 3
+    # One detail record: the CLI prints what the API answers.
+    shown = nbcast(server, "definitions", "show", "nightly", "--json", tenant="acme")
+    assert json.loads(shown) == body
     versions = conforms(
         document, alice.get(f"{API}/definitions/nightly/versions"), f"{path}/versions", "get"
     )

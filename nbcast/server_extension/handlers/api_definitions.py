@@ -38,18 +38,15 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
-from nbcast.definitions.compiled import compile_schedule_block
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
-from nbcast.definitions.queries import VersionInfo, get_version, list_versions
+from nbcast.definitions.queries import get_version, list_versions
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import (
     ConfigError,
     DuplicateDefinitionError,
-    NbcastError,
     UnknownDefinitionError,
 )
 from nbcast.limits import clip, storable_text
-from nbcast.scheduler.upcoming import upcoming
 from nbcast.server_extension.contents_paths import (
     MAX_PATH_CHARS,
     read_notebook,
@@ -67,7 +64,14 @@ from nbcast.server_extension.openapi import (
 )
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
-from nbcast.views.definitions import DefinitionRecord, get_definition, list_definitions
+from nbcast.views.definitions import (
+    NEXT_FIRES,
+    DefinitionRecord,
+    get_definition,
+    get_definition_detail,
+    list_definitions,
+    next_fires_json,
+)
 
 __all__ = [
     "DEFINITION_NAME",
@@ -80,14 +84,12 @@ __all__ = [
     "DefinitionVersionsHandler",
     "DefinitionsHandler",
     "definition_json",
-    "detail_json",
     "require_tenant",
 ]
 
 MAX_DEFINITIONS_PAGE = 500
 """The most definitions one page lists."""
 DEFAULT_DEFINITIONS_PAGE = 100
-NEXT_FIRES = 3
 """Fire times shown with each definition."""
 
 DEFINITION_NAME = Param(
@@ -296,19 +298,6 @@ VERSION_PARAM = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
 # -- the JSON forms ------------------------------------------------------------------------
 
 
-def _next_fires(block: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
-    """The next :data:`NEXT_FIRES` slots of a version's schedule (none: manual, or a
-    schedule that no longer compiles — the scheduler records that one's error)."""
-    schedule = block.get("schedule")
-    if not isinstance(schedule, dict):
-        return []
-    try:
-        spec = compile_schedule_block(schedule)
-        return [] if spec is None else [f.to_json() for f in upcoming(spec, now, NEXT_FIRES)]
-    except NbcastError:
-        return []
-
-
 def _schedule_fields(block: dict[str, Any]) -> dict[str, Any]:
     found = block.get("schedule")
     schedule: dict[str, Any] = found if isinstance(found, dict) else {}
@@ -324,25 +313,7 @@ def definition_json(record: DefinitionRecord, now: datetime) -> dict[str, Any]:
     return {
         **record.to_json(),
         **_schedule_fields(record.block),
-        "next_fires": _next_fires(record.block, now),
-    }
-
-
-def detail_json(info: VersionInfo, record: DefinitionRecord, now: datetime) -> dict[str, Any]:
-    """One version with its definition's scheduler state (schema ``DefinitionDetail``;
-    the keys of ``nbcast definitions show --json`` and more)."""
-    status = record.to_json()
-    return {
-        **info.to_json(),
-        "paused": record.paused,
-        "next_fire_at": status["next_fire_at"],
-        "schedule_error": record.schedule_error,
-        "failures": record.failures,
-        "last_run": status["last_run"],
-        "latest_version": record.latest_version,
-        "schedule": record.schedule,
-        "timezone": record.timezone,
-        "next_fires": _next_fires(record.block, now),
+        "next_fires": next_fires_json(record.block, now),
     }
 
 
@@ -541,9 +512,10 @@ class DefinitionHandler(ApiHandler):
     def _show(self, caller: Caller, name: str, version: int | None) -> dict[str, Any]:
         with self.state.db.session() as session:
             require_tenant(session, caller, name)
-            info = get_version(session, caller, name, version)
-            record = get_definition(session, caller, name)
-        return detail_json(info, record, self.state.clock.now())
+            detail = get_definition_detail(
+                session, caller, name, version, now=self.state.clock.now()
+            )
+        return detail.to_json()
 
 
 @route(
