@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from nbcast.access import Caller
-from nbcast.clock import FixedClock, SystemClock
+from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.delivery.channels.email import EmailChannel
@@ -30,9 +30,7 @@ from nbcast.delivery.renderers import Renderer
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import record_unsubscribe, use_token
 from nbcast.errors import RenderError, TransientChannelError
-from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import OutboxRow
-from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import backfill, run_now
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ScheduleState
@@ -41,6 +39,7 @@ from tests.delivery.plane import LOOPBACK, SIGNER, Plane, receipts
 from tests.executor.test_early_exit import TABLE_AFTER, TABLE_BEFORE, code_cell
 from tests.executor.test_worker import run_state
 from tests.notebooks import make_notebook
+from tests.workers import work_until_idle
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
@@ -530,15 +529,7 @@ def test_a_report_that_ended_early_has_no_results(plane: Plane) -> None:
         environ=LOOPBACK,
     )
     run_id = run_now(plane.db, plane.clock, Caller(tenant="default", user="t"), "quiet-day", {})
-    with LocalEngine(capacity=1, pool_size=1) as engine:
-        Worker(
-            plane.db,
-            SystemClock(),
-            engine,
-            name="test-worker",
-            artifacts=str(plane.store.root),
-            work_dir=str(plane.folder / "runs"),
-        ).run(exit_when_idle=True)
+    work_until_idle(plane.db, artifacts=plane.store.root, work_dir=plane.folder / "runs")
     run = run_state(plane.db, run_id)
     assert (run.state, run.reason) == ("SUCCEEDED", "ended_early")
     plane.clock.set(datetime.now(UTC))

@@ -24,16 +24,15 @@ import pytest
 
 from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
-from nbcast.clock import FixedClock, SystemClock
+from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.bindings import BASES, SNAPS, UNITS, Period, parse_binding, resolve
 from nbcast.definitions.versions import publish
 from nbcast.errors import MetadataError
-from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
+from tests.workers import work_until_idle
 
 DIRECTIVES = "aAwdbBmyYHIpMSfzZjUWcxXGuV%"
 FORMATS = ["date", "datetime", *(f"%{d}" for d in DIRECTIVES), "%Y-%m-%dT%H:%M:%S%z %Z"]
@@ -130,16 +129,13 @@ def test_a_string_that_looks_like_code_stays_a_string_in_a_real_kernel(
         stored = session.get(Run, run_id)
         assert stored is not None
         assert stored.parameters == expected
-    with LocalEngine(capacity=1, pool_size=1) as engine:
-        Worker(
-            db,
-            SystemClock(),
-            engine,
-            name="safety-worker",
-            artifacts=str(tmp_path / "artifacts"),
-            work_dir=str(tmp_path / "runs"),
-            backoff_base=0.0,
-        ).run(exit_when_idle=True)
+    work_until_idle(
+        db,
+        artifacts=tmp_path / "artifacts",
+        work_dir=tmp_path / "runs",
+        name="safety-worker",
+        backoff_base=0.0,
+    )
     with db.session() as session:
         run = session.get(Run, run_id)
         assert run is not None

@@ -11,15 +11,14 @@ from typing import Any
 
 from nbcast.access import Caller
 from nbcast.artifacts import LocalArtifactStore
-from nbcast.clock import FixedClock, SystemClock
+from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.engines.local import LocalEngine
-from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import Run
 from tests.notebooks import make_notebook
+from tests.workers import work_until_idle
 
 # The notebook prints what it sees, one JSON line: the context and its bound date.
 BODY = (
@@ -49,16 +48,13 @@ def _define(db: Database, tmp_path: Path) -> None:
 
 
 def _execute(db: Database, tmp_path: Path) -> None:
-    with LocalEngine(capacity=1, pool_size=1) as engine:
-        Worker(
-            db,
-            SystemClock(),
-            engine,
-            name="ctx-worker",
-            artifacts=str(tmp_path / "artifacts"),
-            work_dir=str(tmp_path / "runs"),
-            backoff_base=0.0,
-        ).run(exit_when_idle=True)
+    work_until_idle(
+        db,
+        artifacts=tmp_path / "artifacts",
+        work_dir=tmp_path / "runs",
+        name="ctx-worker",
+        backoff_base=0.0,
+    )
 
 
 def _seen(tmp_path: Path, run: Run) -> tuple[dict[str, Any], dict[str, Any]]:

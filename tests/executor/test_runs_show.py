@@ -19,9 +19,7 @@ from nbcast.db import Database
 from nbcast.definitions.versions import publish
 from nbcast.delivery.models import Delivery, Rendition
 from nbcast.errors import ConfigError, NotFoundError, UnknownDefinitionError
-from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.queries import list_runs
-from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.tenants import set_quota
@@ -29,6 +27,7 @@ from nbcast.views.runs import get_run
 from tests.command import run as cli
 from tests.members import grant
 from tests.notebooks import make_notebook
+from tests.workers import work_until_idle
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 DEFAULT = Caller(tenant="default", user="ana")
@@ -65,15 +64,9 @@ def failed_run(db: Database, use_db: str, tmp_path: Path) -> int:
         set_quota(session, "default", max_attempts=1)
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "divide", {})
     settings = load_settings()
-    with LocalEngine(capacity=1, pool_size=1) as engine:
-        Worker(
-            db,
-            SystemClock(),
-            engine,
-            name="show-worker",
-            artifacts=str(settings.artifacts_dir),
-            work_dir=str(tmp_path / "runs"),
-        ).run(exit_when_idle=True)
+    work_until_idle(
+        db, artifacts=settings.artifacts_dir, work_dir=tmp_path / "runs", name="show-worker"
+    )
     return run_id
 
 

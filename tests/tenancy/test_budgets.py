@@ -18,9 +18,7 @@ from nbcast.artifacts import LocalArtifactStore
 from nbcast.clock import SystemClock
 from nbcast.db import Database
 from nbcast.definitions.versions import publish
-from nbcast.executor.engines.local import LocalEngine
 from nbcast.executor.models import RunAttempt
-from nbcast.executor.worker import Worker
 from nbcast.scheduler.control import run_now
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.budgets import usage_day
@@ -28,6 +26,7 @@ from nbcast.tenancy.models import Tenant, TenantUsageDay
 from nbcast.tenancy.tenants import ensure_tenant, set_quota
 from tests.members import grant
 from tests.notebooks import make_notebook
+from tests.workers import work_until_idle
 
 # About half a second of CPU in the kernel and a ~40 MB list, then a query over the lake.
 BUSY = """
@@ -50,17 +49,16 @@ def _define(db: Database, tmp_path: Path, tenant: str, name: str, body: str) -> 
 
 
 def _work(db: Database, tmp_path: Path, lake: Path) -> None:
-    with LocalEngine(capacity=2, pool_size=0) as engine:
-        Worker(
-            db,
-            SystemClock(),
-            engine,
-            name="budget-worker",
-            artifacts=str(tmp_path / "artifacts"),
-            work_dir=str(tmp_path / "runs"),
-            backoff_base=0.0,
-            lake=str(lake),
-        ).run(exit_when_idle=True)
+    work_until_idle(
+        db,
+        artifacts=tmp_path / "artifacts",
+        work_dir=tmp_path / "runs",
+        name="budget-worker",
+        capacity=2,
+        pool_size=0,
+        backoff_base=0.0,
+        lake=str(lake),
+    )
 
 
 def _run(db: Database, run_id: int) -> tuple[Run, list[RunAttempt]]:
