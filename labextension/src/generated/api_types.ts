@@ -1,18 +1,19 @@
 // Generated from the REST API's OpenAPI components by
 // `python -m nbcast.server_extension.typescript`; do not edit.
 
+/** One attempt at a run: who ran it, where, for how long, and how it ended. */
 export interface Attempt {
   attempt: number;
   outcome: string | null;
   worker: string;
-  host?: string;
+  host: string;
   engine: string;
   started_at: string;
   ended_at?: string | null;
   duration_s?: number | null;
   kernel_start_s?: number | null;
   artifact_sha256?: string | null;
-  error: RunError | null;
+  error?: RunError | null;
 }
 
 export interface AuditCheck {
@@ -393,14 +394,14 @@ export interface Rerun {
 export interface Run {
   id: number;
   definition: string;
-  slot_key?: string | null;
+  slot_key: string | null;
   kind: "scheduled" | "backfill" | "manual" | "rerun";
   state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
-  reason?: string | null;
+  reason: string | null;
   fire_at: string;
   version: number;
   parameters: Record<string, unknown>;
-  created_at?: string;
+  created_at: string;
   attempt?: number;
   artifact_sha256?: string | null;
   started_at?: string | null;

@@ -25,8 +25,9 @@ from nbcast.access import Caller, Page, encode_cursor
 from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.executor.control import cancel_run
+from nbcast.executor.failures import ErrorInfo
 from nbcast.executor.queries import list_runs
-from nbcast.executor.records import RunRecord
+from nbcast.executor.records import AttemptRecord, RunRecord
 from nbcast.scheduler.control import rerun_run
 from nbcast.scheduler.models import RunKind, RunState
 from nbcast.scheduler.runs import MAX_RUN_ID, own_run, run_not_found
@@ -36,12 +37,12 @@ from nbcast.server_extension.openapi import (
     INSTANT,
     NULLABLE_INSTANT,
     NULLABLE_INT,
-    NULLABLE_NUMBER,
     NULLABLE_OBJECT,
     NULLABLE_STRING,
     STRING,
     schema,
 )
+from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
 from nbcast.views.runs import RunDetail, get_run
@@ -102,30 +103,15 @@ ERROR_INFO = schema(
 )
 _NULLABLE_ERROR = {"oneOf": [ERROR_INFO, {"type": "null"}]}
 
-RUN = schema(
+RUN = record_schema(
     "Run",
-    {
-        "type": "object",
-        "description": "A run as listed (the keys of `nbcast runs list --json`).",
-        "required": ["id", "definition", "kind", "state", "fire_at", "version", "parameters"],
-        "properties": {
-            "id": {"type": "integer"},
-            "definition": STRING,
-            "slot_key": NULLABLE_STRING,
-            "kind": {"type": "string", "enum": [k.value for k in RunKind]},
-            "state": {"type": "string", "enum": [s.value for s in RunState]},
-            "reason": NULLABLE_STRING,
-            "fire_at": INSTANT,
-            "version": {"type": "integer"},
-            "parameters": {"type": "object"},
-            "created_at": INSTANT,
-            "attempt": {"type": "integer", "minimum": 0},
-            "artifact_sha256": NULLABLE_STRING,
-            "started_at": NULLABLE_INSTANT,
-            "finished_at": NULLABLE_INSTANT,
-            "context": NULLABLE_OBJECT,
-            "rerun_of": NULLABLE_INT,
-        },
+    RunRecord,
+    description="A run as listed (the keys of `nbcast runs list --json`).",
+    overrides={
+        "kind": {"type": "string", "enum": [k.value for k in RunKind]},
+        "state": {"type": "string", "enum": [s.value for s in RunState]},
+        "attempt": {"type": "integer", "minimum": 0},
+        "context": {"type": "object"},
     },
 )
 RUN_PAGE = schema(
@@ -142,26 +128,7 @@ RUN_PAGE = schema(
         },
     },
 )
-ATTEMPT = schema(
-    "Attempt",
-    {
-        "type": "object",
-        "required": ["attempt", "outcome", "worker", "engine", "started_at", "error"],
-        "properties": {
-            "attempt": {"type": "integer"},
-            "outcome": NULLABLE_STRING,
-            "worker": STRING,
-            "host": STRING,
-            "engine": STRING,
-            "started_at": INSTANT,
-            "ended_at": NULLABLE_INSTANT,
-            "duration_s": NULLABLE_NUMBER,
-            "kernel_start_s": NULLABLE_NUMBER,
-            "artifact_sha256": NULLABLE_STRING,
-            "error": _NULLABLE_ERROR,
-        },
-    },
-)
+ATTEMPT = record_schema("Attempt", AttemptRecord, refs={ErrorInfo: ERROR_INFO})
 LINK_OPEN = schema(
     "LinkOpen",
     {

@@ -1,0 +1,112 @@
+"""OpenAPI component schemas derived from the query layer's records.
+
+A record (a frozen dataclass whose ``to_json`` emits one key per field) describes its
+JSON form once: :func:`record_schema` reads its fields and their annotations and
+registers the component (:func:`nbcast.server_extension.openapi.schema`), so the API's
+document — and the Lab's types generated from it (:mod:`nbcast.server_extension.
+typescript`) — follow the record. What an annotation cannot say (the values of a state,
+a lower bound) is given as ``overrides``, by field.
+
+Annotations map as: ``int`` → integer, ``float`` → number, ``str`` → string, ``bool``
+→ boolean, ``datetime`` → an ISO 8601 instant, ``dict``/``Mapping`` → object, ``list[T]``
+→ array of T, a record given in ``refs`` → its component, ``X | None`` → nullable X. A
+field without a default is ``required``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from nbcast.server_extension.openapi import INSTANT, schema
+
+__all__ = ["record_definition", "record_schema"]
+
+
+def record_schema(
+    name: str,
+    record: type,
+    *,
+    description: str | None = None,
+    overrides: Mapping[str, dict[str, Any]] | None = None,
+    refs: Mapping[type, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Register the component ``name`` for the dataclass ``record``; return its ``$ref``."""
+    return schema(
+        name, record_definition(record, description=description, overrides=overrides, refs=refs)
+    )
+
+
+def record_definition(
+    record: type,
+    *,
+    description: str | None = None,
+    overrides: Mapping[str, dict[str, Any]] | None = None,
+    refs: Mapping[type, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The JSON Schema of the dataclass ``record``'s JSON form (module docstring)."""
+    hints = typing.get_type_hints(record)
+    properties: dict[str, Any] = {}
+    required = []
+    for field in dataclasses.fields(record):
+        given = (overrides or {}).get(field.name)
+        nullable, kind = _unwrap(hints[field.name])
+        if given is not None:
+            base = dict(given)
+        else:
+            base = _schema_of(kind, refs or {}, field.name, record)
+        properties[field.name] = _nullable(base) if nullable else base
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            required.append(field.name)
+    text = description or (record.__doc__ or "").strip().split("\n\n")[0]
+    definition: dict[str, Any] = {"type": "object"}
+    if text:
+        definition["description"] = " ".join(text.split())
+    definition.update(required=required, properties=properties)
+    return definition
+
+
+def _unwrap(hint: Any) -> tuple[bool, Any]:
+    """``(nullable, the type without None)``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        nullable = len(members) < len(typing.get_args(hint))
+        if len(members) == 1:
+            return nullable, members[0]
+        raise TypeError(f"{hint!r}: a union of several types needs an override")
+    return False, hint
+
+
+def _schema_of(kind: Any, refs: Mapping[type, dict[str, Any]], field: str, record: type) -> Any:
+    origin = typing.get_origin(kind) or kind
+    if kind in refs:
+        return refs[kind]
+    if kind is bool:
+        return {"type": "boolean"}
+    if kind is int:
+        return {"type": "integer"}
+    if kind is float:
+        return {"type": "number"}
+    if kind is str:
+        return {"type": "string"}
+    if kind is datetime:
+        return dict(INSTANT)
+    if origin in (dict, Mapping) or origin is typing.Any:
+        return {"type": "object"}
+    if origin in (list, tuple):
+        (item,) = typing.get_args(kind)[:1] or (Any,)
+        return {"type": "array", "items": _schema_of(item, refs, field, record)}
+    raise TypeError(f"{record.__name__}.{field}: {kind!r} has no schema (give an override)")
+
+
+def _nullable(base: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in base or "enum" in base:
+        return {"oneOf": [base, {"type": "null"}]}
+    kind = base.get("type")
+    if isinstance(kind, str):
+        return {**base, "type": [kind, "null"]}
+    return {"oneOf": [base, {"type": "null"}]}

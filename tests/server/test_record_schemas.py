@@ -1,0 +1,101 @@
+"""The API's Run and Attempt components are derived from the records the query layer
+returns: each record's JSON has exactly the component's properties, validates against
+it, and the derivation maps annotations as its module says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonschema
+import pytest
+
+from nbcast.executor.failures import ErrorInfo
+from nbcast.executor.records import AttemptRecord, RunRecord
+from nbcast.server_extension.openapi import document
+from nbcast.server_extension.record_schemas import record_definition
+
+AT = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)
+
+
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    doc = document()
+    component = {**doc["components"]["schemas"][name], "components": doc["components"]}
+    return jsonschema.Draft202012Validator(component)
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [
+        (
+            "Run",
+            RunRecord(
+                id=7,
+                definition="sales",
+                slot_key="2026-11-02T07:00",
+                kind="scheduled",
+                state="SUCCEEDED",
+                reason=None,
+                fire_at=AT,
+                version=2,
+                parameters={"top_n": 5},
+                created_at=AT,
+                started_at=AT,
+            ),
+        ),
+        (
+            "Attempt",
+            AttemptRecord(
+                attempt=1,
+                outcome="FAILED",
+                worker="w",
+                host="h",
+                engine="local",
+                started_at=AT,
+                duration_s=1.5,
+                error=ErrorInfo(
+                    ename="ZeroDivisionError",
+                    evalue="division by zero",
+                    cell_index=3,
+                    line_number=2,
+                    source_line="x = 1 / 0",
+                ),
+            ),
+        ),
+    ],
+)
+def test_a_records_json_is_its_component(name: str, record: Any) -> None:
+    component = document()["components"]["schemas"][name]
+    data = record.to_json()
+    assert set(data) == set(component["properties"])
+    _validator(name).validate(data)
+    with pytest.raises(jsonschema.ValidationError):
+        _validator(name).validate({**data, "started_at": 5})
+
+
+def test_annotations_map_to_schemas() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Sample:
+        """A sample record.
+
+        Its second paragraph is not the description."""
+
+        n: int
+        share: float | None
+        names: list[str]
+        at: datetime
+        extra: dict[str, Any] | None = None
+        on: bool = False
+
+    component = record_definition(Sample)
+    assert component["description"] == "A sample record."
+    assert component["required"] == ["n", "share", "names", "at"]
+    assert component["properties"] == {
+        "n": {"type": "integer"},
+        "share": {"type": ["number", "null"]},
+        "names": {"type": "array", "items": {"type": "string"}},
+        "at": {"type": "string", "format": "date-time"},
+        "extra": {"type": ["object", "null"]},
+        "on": {"type": "boolean"},
+    }
