@@ -9,13 +9,19 @@ a lower bound) is given as ``overrides``, by field.
 
 Annotations map as: ``int`` → integer, ``float`` → number, ``str`` → string, ``bool``
 → boolean, ``datetime`` → an ISO 8601 instant, ``dict``/``Mapping`` → object, ``list[T]``
-→ array of T, a record given in ``refs`` → its component, ``X | None`` → nullable X. A
-field without a default is ``required``.
+→ array of T, a record given in ``refs`` → its component, ``X | None`` → nullable X.
+Every field is ``required`` (``to_json`` always emits each key, null or not), and a
+field's docstring (the string under it in the class body) is its ``description``.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
+import re
+import textwrap
 import types
 import typing
 from collections.abc import Mapping
@@ -50,6 +56,7 @@ def record_definition(
 ) -> dict[str, Any]:
     """The JSON Schema of the dataclass ``record``'s JSON form (module docstring)."""
     hints = typing.get_type_hints(record)
+    documented = _field_docs(record)
     properties: dict[str, Any] = {}
     required = []
     for field in dataclasses.fields(record):
@@ -59,15 +66,44 @@ def record_definition(
             base = dict(given)
         else:
             base = _schema_of(kind, refs or {}, field.name, record)
-        properties[field.name] = _nullable(base) if nullable else base
-        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            required.append(field.name)
+        prop = _nullable(base) if nullable else base
+        if field.name in documented and "$ref" not in prop and "description" not in prop:
+            prop = {**prop, "description": documented[field.name]}
+        properties[field.name] = prop
+        required.append(field.name)
     text = description or (record.__doc__ or "").strip().split("\n\n")[0]
     definition: dict[str, Any] = {"type": "object"}
     if text:
         definition["description"] = " ".join(text.split())
     definition.update(required=required, properties=properties)
     return definition
+
+
+def _field_docs(record: type) -> dict[str, str]:
+    """Each field's docstring, read from the class's source (empty when unreadable)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(record)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for before, after in itertools.pairwise(body):
+        if (
+            isinstance(before, ast.AnnAssign)
+            and isinstance(before.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[before.target.id] = _markdown(" ".join(after.value.value.split()))
+    return docs
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reStructuredText as the API's Markdown: ``code`` as `code`, a
+    cross-reference (:mod:`~a.b`) as its last name in code."""
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([\w]+)`", r"`\1`", text)
+    return text.replace("``", "`")
 
 
 def _unwrap(hint: Any) -> tuple[bool, Any]:

@@ -1,6 +1,7 @@
-"""The API's Run and Attempt components are derived from the records the query layer
-returns: each record's JSON has exactly the component's properties, validates against
-it, and the derivation maps annotations as its module says."""
+"""The API's Run, Attempt, RunError, UpcomingFire and AuditEntry components are derived
+from the records the query layer returns: each record's JSON has exactly the
+component's properties, validates against it, and the derivation maps annotations (and
+field docstrings) as its module says."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 
 from nbcast.executor.failures import ErrorInfo
 from nbcast.executor.records import AttemptRecord, RunRecord
+from nbcast.scheduler.upcoming import UpcomingFire
 from nbcast.server_extension.openapi import document
 from nbcast.server_extension.record_schemas import record_definition
+from nbcast.tenancy.audit import AuditRecord
 
 AT = datetime(2026, 11, 2, 7, 0, tzinfo=UTC)
 
@@ -63,6 +66,32 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
                 ),
             ),
         ),
+        ("RunError", ErrorInfo(reason="lost", message="the lease expired")),
+        (
+            "UpcomingFire",
+            UpcomingFire(
+                slot_key="2026-11-01T01:30",
+                local=AT,
+                fire_at=AT,
+                status="scheduled",
+                reason=None,
+                note="01:30 happens twice",
+            ),
+        ),
+        (
+            "AuditEntry",
+            AuditRecord(
+                tenant="default",
+                seq=1,
+                at=AT,
+                actor="alice",
+                action="definition.published",
+                object="definition:sales",
+                details={"version": 1},
+                prev_hash="0" * 64,
+                hash="a" * 64,
+            ),
+        ),
     ],
 )
 def test_a_records_json_is_its_component(name: str, record: Any) -> None:
@@ -70,8 +99,9 @@ def test_a_records_json_is_its_component(name: str, record: Any) -> None:
     data = record.to_json()
     assert set(data) == set(component["properties"])
     _validator(name).validate(data)
+    first = next(iter(component["required"]))
     with pytest.raises(jsonschema.ValidationError):
-        _validator(name).validate({**data, "started_at": 5})
+        _validator(name).validate({k: v for k, v in data.items() if k != first})
 
 
 def test_annotations_map_to_schemas() -> None:
@@ -82,6 +112,7 @@ def test_annotations_map_to_schemas() -> None:
         Its second paragraph is not the description."""
 
         n: int
+        """How many."""
         share: float | None
         names: list[str]
         at: datetime
@@ -90,9 +121,9 @@ def test_annotations_map_to_schemas() -> None:
 
     component = record_definition(Sample)
     assert component["description"] == "A sample record."
-    assert component["required"] == ["n", "share", "names", "at"]
+    assert component["required"] == ["n", "share", "names", "at", "extra", "on"]
     assert component["properties"] == {
-        "n": {"type": "integer"},
+        "n": {"type": "integer", "description": "How many."},
         "share": {"type": ["number", "null"]},
         "names": {"type": "array", "items": {"type": "string"}},
         "at": {"type": "string", "format": "date-time"},

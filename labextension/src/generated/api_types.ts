@@ -4,16 +4,18 @@
 /** One attempt at a run: who ran it, where, for how long, and how it ended. */
 export interface Attempt {
   attempt: number;
+  /** An `Outcome`; None while it runs. */
   outcome: string | null;
   worker: string;
   host: string;
   engine: string;
   started_at: string;
-  ended_at?: string | null;
-  duration_s?: number | null;
-  kernel_start_s?: number | null;
-  artifact_sha256?: string | null;
-  error?: RunError | null;
+  ended_at: string | null;
+  duration_s: number | null;
+  kernel_start_s: number | null;
+  /** Its executed notebook (kept for failures too). */
+  artifact_sha256: string | null;
+  error: RunError | null;
 }
 
 export interface AuditCheck {
@@ -402,12 +404,16 @@ export interface Run {
   version: number;
   parameters: Record<string, unknown>;
   created_at: string;
-  attempt?: number;
-  artifact_sha256?: string | null;
-  started_at?: string | null;
-  finished_at?: string | null;
-  context?: Record<string, unknown> | null;
-  rerun_of?: number | null;
+  /** Attempts made so far (the current attempt's number). */
+  attempt: number;
+  /** The executed notebook, once the run has ended with one. */
+  artifact_sha256: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  /** The period it covers (`period`); None for a run made before runs had one. */
+  context: Record<string, unknown> | null;
+  /** The run a `rerun` repeats. */
+  rerun_of: number | null;
 }
 
 /** Everything about one run (the keys of `nbcast runs show --json`, and the newest 100 openings of its signed links). */
@@ -444,13 +450,20 @@ export interface RunDetail {
 
 /** Why an attempt or a run failed: the exception, the failing cell (papermill's index) and the source line that raised. */
 export interface RunError {
+  /** The exception's class name (`ZeroDivisionError`). */
   ename: string | null;
+  /** Its message. */
   evalue: string | null;
+  /** papermill's index of the failing cell in the executed notebook. */
   cell_index: number | null;
+  /** The failing line, counted from 1 within the cell. */
   line_number: number | null;
+  /** That line's source. */
   source_line: string | null;
-  reason?: string | null;
-  message?: string | null;
+  /** A permanent failure's or the reaper's reason (`no_such_kernel`, `lease_expired`). */
+  reason: string | null;
+  /** Text of an error that is not an exception (a timeout, an expired lease). */
+  message: string | null;
 }
 
 export interface RunPage {
@@ -542,9 +555,13 @@ export interface TenantList {
 /** A coming slot in the definition's zone, with what DST does to it (`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)'). */
 export interface UpcomingFire {
   slot_key: string;
+  /** When it fires, in the definition's zone. */
   local: string;
+  /** The same instant in UTC. */
   fire_at: string;
+  /** `scheduled`, or `skipped` (a DST-gap slot under `skip`). */
   status: "scheduled" | "skipped";
   reason: string | null;
+  /** What DST does to it (module docstring); None on an ordinary day. */
   note: string | null;
 }

@@ -16,43 +16,26 @@ from nbcast.errors import ConfigError
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import LIMIT, MAX_LIST
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, schema
+from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, Param, route
-from nbcast.tenancy.audit import Action
+from nbcast.tenancy.audit import Action, AuditRecord
 from nbcast.tenancy.audit_trail import trail, verify_log
 
 __all__ = ["AuditHandler", "AuditVerifyHandler"]
 
 _HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 
-AUDIT_ENTRY = schema(
+AUDIT_ENTRY = record_schema(
     "AuditEntry",
-    {
-        "type": "object",
-        "description": "One entry of the tenant's hash-chained audit log (one line of "
-        "`nbcast audit export`).",
-        "required": [
-            "tenant",
-            "seq",
-            "at",
-            "actor",
-            "action",
-            "object",
-            "details",
-            "prev_hash",
-            "hash",
-        ],
-        "properties": {
-            "tenant": {"type": "string"},
-            "seq": {"type": "integer", "minimum": 1},
-            "at": INSTANT,
-            "actor": {"type": "string"},
-            "action": {"type": "string", "enum": [a.value for a in Action]},
-            "object": {"type": "string"},
-            "details": {"type": "object"},
-            "prev_hash": _HASH,
-            "hash": _HASH,
-        },
+    AuditRecord,
+    description="One entry of the tenant's hash-chained audit log (one line of "
+    "`nbcast audit export`).",
+    overrides={
+        "seq": {"type": "integer", "minimum": 1},
+        "action": {"type": "string", "enum": [a.value for a in Action]},
+        "prev_hash": _HASH,
+        "hash": _HASH,
     },
 )
 AUDIT_PAGE = schema(

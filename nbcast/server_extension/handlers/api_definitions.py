@@ -47,6 +47,7 @@ from nbcast.errors import (
     UnknownDefinitionError,
 )
 from nbcast.limits import clip, storable_text
+from nbcast.scheduler.upcoming import UpcomingFire
 from nbcast.server_extension.contents_paths import (
     MAX_PATH_CHARS,
     read_notebook,
@@ -62,6 +63,7 @@ from nbcast.server_extension.openapi import (
     STRING,
     schema,
 )
+from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
 from nbcast.views.definitions import (
@@ -105,22 +107,12 @@ SOURCE_PATH_HELP = (
     "published as JSON; never an absolute path of the server"
 )
 
-UPCOMING = schema(
+UPCOMING = record_schema(
     "UpcomingFire",
-    {
-        "type": "object",
-        "description": "A coming slot in the definition's zone, with what DST does to it "
-        "(`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)').",
-        "required": ["slot_key", "local", "fire_at", "status", "reason", "note"],
-        "properties": {
-            "slot_key": STRING,
-            "local": {"type": "string", "format": "date-time"},
-            "fire_at": INSTANT,
-            "status": {"type": "string", "enum": ["scheduled", "skipped"]},
-            "reason": NULLABLE_STRING,
-            "note": NULLABLE_STRING,
-        },
-    },
+    UpcomingFire,
+    description="A coming slot in the definition's zone, with what DST does to it "
+    "(`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)').",
+    overrides={"status": {"type": "string", "enum": ["scheduled", "skipped"]}},
 )
 _LAST_RUN = {
     "type": ["object", "null"],

@@ -83,23 +83,11 @@ LIMIT = Param(
 )
 
 
-ERROR_INFO = schema(
+ERROR_INFO = record_schema(
     "RunError",
-    {
-        "type": "object",
-        "description": "Why an attempt or a run failed: the exception, the failing cell "
-        "(papermill's index) and the source line that raised.",
-        "required": ["ename", "evalue", "cell_index", "line_number", "source_line"],
-        "properties": {
-            "ename": NULLABLE_STRING,
-            "evalue": NULLABLE_STRING,
-            "cell_index": NULLABLE_INT,
-            "line_number": NULLABLE_INT,
-            "source_line": NULLABLE_STRING,
-            "reason": NULLABLE_STRING,
-            "message": NULLABLE_STRING,
-        },
-    },
+    ErrorInfo,
+    description="Why an attempt or a run failed: the exception, the failing cell "
+    "(papermill's index) and the source line that raised.",
 )
 _NULLABLE_ERROR = {"oneOf": [ERROR_INFO, {"type": "null"}]}
 
