@@ -9,7 +9,8 @@ a lower bound) is given as ``overrides``, by field.
 
 Annotations map as: ``int`` → integer, ``float`` → number, ``str`` → string, ``bool``
 → boolean, ``datetime`` → an ISO 8601 instant, ``dict``/``Mapping`` → object, ``list[T]``
-→ array of T, a record given in ``refs`` → its component, ``X | None`` → nullable X.
+→ array of T (``tuple[T, ...]`` too), an ``Enum`` → its values, a record given in
+``refs`` → its component, ``X | None`` → nullable X.
 Every field is ``required`` (``to_json`` always emits each key, null or not), and a
 field's docstring (the string under it in the class body) is its ``description``.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import inspect
 import itertools
 import re
@@ -40,11 +42,13 @@ def record_schema(
     description: str | None = None,
     overrides: Mapping[str, dict[str, Any]] | None = None,
     refs: Mapping[type, dict[str, Any]] | None = None,
+    json_names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Register the component ``name`` for the dataclass ``record``; return its ``$ref``."""
-    return schema(
-        name, record_definition(record, description=description, overrides=overrides, refs=refs)
+    definition = record_definition(
+        record, description=description, overrides=overrides, refs=refs, json_names=json_names
     )
+    return schema(name, definition)
 
 
 def record_definition(
@@ -53,8 +57,10 @@ def record_definition(
     description: str | None = None,
     overrides: Mapping[str, dict[str, Any]] | None = None,
     refs: Mapping[type, dict[str, Any]] | None = None,
+    json_names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The JSON Schema of the dataclass ``record``'s JSON form (module docstring)."""
+    """The JSON Schema of the dataclass ``record``'s JSON form (module docstring);
+    ``json_names`` maps a field to the key ``to_json`` gives it (``run_id`` → ``run``)."""
     hints = typing.get_type_hints(record)
     documented = _field_docs(record)
     properties: dict[str, Any] = {}
@@ -69,8 +75,9 @@ def record_definition(
         prop = _nullable(base) if nullable else base
         if field.name in documented and "$ref" not in prop and "description" not in prop:
             prop = {**prop, "description": documented[field.name]}
-        properties[field.name] = prop
-        required.append(field.name)
+        key = (json_names or {}).get(field.name, field.name)
+        properties[key] = prop
+        required.append(key)
     text = description or (record.__doc__ or "").strip().split("\n\n")[0]
     definition: dict[str, Any] = {"type": "object"}
     if text:
@@ -121,6 +128,8 @@ def _schema_of(kind: Any, refs: Mapping[type, dict[str, Any]], field: str, recor
     origin = typing.get_origin(kind) or kind
     if kind in refs:
         return refs[kind]
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return {"type": "string", "enum": [str(m.value) for m in kind]}
     if kind is bool:
         return {"type": "boolean"}
     if kind is int:

@@ -1,7 +1,7 @@
-"""The API's Run, Attempt, RunError, UpcomingFire and AuditEntry components are derived
-from the records the query layer returns: each record's JSON has exactly the
-component's properties, validates against it, and the derivation maps annotations (and
-field docstrings) as its module says."""
+"""The API's Run, Attempt, RunError, Delivery, Rendition, UpcomingFire and AuditEntry
+components are derived from the records the query layer returns: each record's JSON has
+exactly the component's properties, validates against it, and the derivation maps
+annotations (and field docstrings) as its module says."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 
+from nbcast.delivery.models import DeliveryReason, DeliveryState, RenditionState
+from nbcast.delivery.queries import DeliveryRecord, RenditionRecord
 from nbcast.executor.failures import ErrorInfo
 from nbcast.executor.records import AttemptRecord, RunRecord
 from nbcast.scheduler.upcoming import UpcomingFire
@@ -67,6 +69,46 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
             ),
         ),
         ("RunError", ErrorInfo(reason="lost", message="the lease expired")),
+        (
+            "Delivery",
+            DeliveryRecord(
+                id=3,
+                run_id=7,
+                report="sales",
+                channel="email",
+                recipient="cfo@example.com",
+                formats=("pdf",),
+                state=DeliveryState.SUPPRESSED,
+                reason=DeliveryReason.no_results,
+                attempts=1,
+                possible_duplicate=False,
+                outcome_unknown=False,
+                not_before=AT,
+                sent_at=None,
+                receipt=None,
+                error=None,
+                created_at=AT,
+                updated_at=AT,
+            ),
+        ),
+        (
+            "Rendition",
+            RenditionRecord(
+                id=4,
+                run_id=7,
+                format="pdf",
+                variant="",
+                state=RenditionState.DONE,
+                attempts=1,
+                sha256="b" * 64,
+                size=1234,
+                filename="sales.pdf",
+                media_type="application/pdf",
+                seconds=0.4,
+                error=None,
+                rendered_at=AT,
+            ),
+        ),
         (
             "UpcomingFire",
             UpcomingFire(

@@ -227,21 +227,29 @@ export interface DeliveriesRetried {
 export interface Delivery {
   id: number;
   run: number;
+  /** The definition's name. */
   report: string;
   channel: string;
+  /** As the caller may see it: a URL is masked but for the tenant's admins. */
   recipient: string;
-  formats?: string[];
+  formats: string[];
   state: "PENDING" | "SENDING" | "SENT" | "FAILED" | "SUPPRESSED";
   reason: "unsubscribed" | "superseded" | "stale" | "no_results" | "unchanged" | "render_failed" | "refused" | "max_attempts" | "outcome_unknown" | "lease_expired" | "prepare_failed" | "internal_error" | "no_channel" | "retry" | "retry_requested" | "lease_low" | "late_renditions" | null;
-  attempts?: number;
-  possible_duplicate?: boolean;
-  sent_at?: string | null;
-  receipt?: Record<string, unknown> | null;
-  error?: Record<string, unknown> | null;
-  outcome_unknown?: boolean;
-  not_before?: string | null;
-  created_at?: string | null;
-  updated_at?: string | null;
+  /** How many times it was claimed (a release unsent counts too; see `Delivery`). */
+  attempts: number;
+  /** A send was repeated without knowing whether the earlier one arrived. */
+  possible_duplicate: boolean;
+  /** The last attempt may have arrived (a timeout after sending, a worker that died). */
+  outcome_unknown: boolean;
+  /** When it is due (again), while PENDING. */
+  not_before: string;
+  sent_at: string | null;
+  /** What the channel answered (SMTP reply, Slack `ts`, HTTP status, links). */
+  receipt: Record<string, unknown> | null;
+  /** The last error: `{"error": type, "message": …}` (on a row whose recipient is masked, with the URLs in it masked too). */
+  error: Record<string, unknown> | null;
+  created_at: string;
+  updated_at: string;
 }
 
 export interface DeliveryPage {
@@ -373,16 +381,18 @@ export interface Rendition {
   id: number;
   run: number;
   format: string;
+  /** `""`, or `"late"` for the copy with the staleness banner. */
   variant: string;
   state: "PENDING" | "DONE" | "FAILED";
-  attempts?: number;
+  attempts: number;
   sha256: string | null;
-  size?: number | null;
-  filename?: string | null;
+  size: number | null;
+  filename: string | null;
   media_type: string | null;
-  seconds?: number | null;
-  error?: Record<string, unknown> | null;
-  rendered_at?: string | null;
+  /** How long the render took. */
+  seconds: number | null;
+  error: Record<string, unknown> | null;
+  rendered_at: string | null;
 }
 
 export interface Rerun {

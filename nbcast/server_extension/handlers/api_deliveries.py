@@ -15,8 +15,8 @@ from jupyter_server.auth.decorator import authorized
 
 from nbcast.access import Caller, Page
 from nbcast.delivery.commands import retry_failed_deliveries
-from nbcast.delivery.models import DeliveryReason, DeliveryState, RenditionState
-from nbcast.delivery.queries import MAX_ID, DeliveryRecord, list_deliveries
+from nbcast.delivery.models import DeliveryState
+from nbcast.delivery.queries import MAX_ID, DeliveryRecord, RenditionRecord, list_deliveries
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import (
@@ -28,70 +28,29 @@ from nbcast.server_extension.handlers.api_runs import (
 )
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import (
-    NULLABLE_INSTANT,
-    NULLABLE_OBJECT,
-    NULLABLE_STRING,
     schema,
 )
+from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = ["DELIVERY", "DeliveriesHandler", "RetryDeliveriesHandler"]
 
 
-DELIVERY = schema(
+DELIVERY = record_schema(
     "Delivery",
-    {
-        "type": "object",
-        "description": "One ledger row: a run's report to one recipient over one channel "
-        "(the keys of `nbcast deliveries list --json`).",
-        "required": ["id", "run", "report", "channel", "recipient", "state", "reason"],
-        "properties": {
-            "id": {"type": "integer"},
-            "run": {"type": "integer"},
-            "report": {"type": "string"},
-            "channel": {"type": "string"},
-            "recipient": {"type": "string"},
-            "formats": {"type": "array", "items": {"type": "string"}},
-            "state": {"type": "string", "enum": [s.value for s in DeliveryState]},
-            "reason": {
-                "type": ["string", "null"],
-                "enum": [*(r.value for r in DeliveryReason), None],
-            },
-            "attempts": {"type": "integer", "minimum": 0},
-            "possible_duplicate": {"type": "boolean"},
-            "sent_at": NULLABLE_INSTANT,
-            "receipt": NULLABLE_OBJECT,
-            "error": NULLABLE_OBJECT,
-            "outcome_unknown": {"type": "boolean"},
-            "not_before": NULLABLE_INSTANT,
-            "created_at": NULLABLE_INSTANT,
-            "updated_at": NULLABLE_INSTANT,
-        },
-    },
+    DeliveryRecord,
+    description="One ledger row: a run's report to one recipient over one channel "
+    "(the keys of `nbcast deliveries list --json`).",
+    json_names={"run_id": "run"},
+    overrides={"attempts": {"type": "integer", "minimum": 0}},
 )
-schema(
+record_schema(
     "Rendition",
-    {
-        "type": "object",
-        "description": "One format of one run; download it from "
-        "/runs/{run_id}/renditions/{id} once its state is DONE.",
-        "required": ["id", "run", "format", "variant", "state", "sha256", "media_type"],
-        "properties": {
-            "id": {"type": "integer"},
-            "run": {"type": "integer"},
-            "format": {"type": "string"},
-            "variant": {"type": "string"},
-            "state": {"type": "string", "enum": [s.value for s in RenditionState]},
-            "attempts": {"type": "integer", "minimum": 0},
-            "sha256": NULLABLE_STRING,
-            "size": {"type": ["integer", "null"]},
-            "filename": NULLABLE_STRING,
-            "media_type": NULLABLE_STRING,
-            "seconds": {"type": ["number", "null"]},
-            "error": NULLABLE_OBJECT,
-            "rendered_at": NULLABLE_INSTANT,
-        },
-    },
+    RenditionRecord,
+    description="One format of one run; download it from "
+    "/runs/{run_id}/renditions/{id} once its state is DONE.",
+    json_names={"run_id": "run"},
+    overrides={"attempts": {"type": "integer", "minimum": 0}},
 )
 DELIVERY_PAGE = schema(
     "DeliveryPage",
