@@ -64,44 +64,6 @@ schema(
         },
     },
 )
-schema(
-    "Service",
-    {
-        "type": "object",
-        "required": ["kind", "name", "state", "alive", "beat_at", "lag_s"],
-        "properties": {
-            "kind": {"type": "string"},
-            "name": {"type": "string"},
-            "host": {"type": "string"},
-            "pid": {"type": "integer"},
-            "version": {"type": "string"},
-            "state": {"type": "string", "enum": ["running", "stopping", "stopped"]},
-            "alive": {"type": "boolean"},
-            "started_at": INSTANT,
-            "beat_at": INSTANT,
-            "lag_s": {"type": "number", "minimum": 0},
-            "iterations": {"type": "integer"},
-            "errors": {"type": "integer"},
-            "last_error": {"type": ["string", "null"]},
-            "detail": {"type": "object"},
-        },
-    },
-)
-schema(
-    "Health",
-    {
-        "type": "object",
-        "required": ["ok", "checked_at", "alive", "scheduler_lag_s", "services"],
-        "properties": {
-            "ok": {"type": "boolean"},
-            "checked_at": INSTANT,
-            "alive": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "scheduler_lag_s": {"type": "number", "minimum": 0},
-            "services": {"type": "array", "items": {"$ref": "#/components/schemas/Service"}},
-        },
-    },
-)
-
 _ERROR_TEXT = {
     400: "Bad input (nothing was written)",
     401: "Not authenticated",

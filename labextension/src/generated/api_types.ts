@@ -298,6 +298,7 @@ export interface Health {
   checked_at: string;
   alive: Record<string, number>;
   scheduler_lag_s: number;
+  unsandboxed_workers?: string[];
   services: Service[];
 }
 
@@ -482,21 +483,23 @@ export interface RunPage {
   next: string | null;
 }
 
+/** One service process from its heartbeat row. */
 export interface Service {
   kind: string;
   name: string;
-  host?: string;
-  pid?: number;
-  version?: string;
+  host: string;
+  pid: number;
+  version: string;
   state: "running" | "stopping" | "stopped";
   alive: boolean;
-  started_at?: string;
+  started_at: string;
   beat_at: string;
+  /** Seconds since its last heartbeat. */
   lag_s: number;
-  iterations?: number;
-  errors?: number;
-  last_error?: string | null;
-  detail?: Record<string, unknown>;
+  iterations: number;
+  errors: number;
+  last_error: string | null;
+  detail: Record<string, unknown>;
 }
 
 /** A slot not delivered within its definition's sla.delivered_within, and the alert sent to the definition's owner (the keys of `nbcast sla list --json`). */
