@@ -17,7 +17,7 @@ export RAY_AUTH_MODE := disabled
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: demo docs-images test test-fast lint typecheck install lake clean bench chromium bubblewrap labextension
+.PHONY: demo docs-images test test-fast api-types lint typecheck install lake clean bench chromium bubblewrap labextension
 
 # The JupyterLab extension (labextension/, TypeScript) is built with jlpm — the yarn
 # that jupyterlab ships, from the PyPI package jupyter-builder — into nbcast/labextension,
@@ -102,6 +102,10 @@ test: install lake chromium bubblewrap
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 	cd notebooks/examples && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax -q .
+
+# The Lab extension's API types, from the REST API's OpenAPI components.
+api-types: $(PY_STAMP)
+	$(BIN)/python -m nbcast.server_extension.typescript labextension/src/generated/api_types.ts
 
 lint: $(PY_STAMP)
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
