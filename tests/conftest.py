@@ -66,6 +66,7 @@ PROCESS_TESTS = (
     "delivery/test_slow_receivers.py",
     "delivery/test_webhook_links.py",
     "definitions/test_kernelspec_warning.py",
+    "tenancy/test_budgets.py",
     "test_file_modes.py",
     "test_credentials.py",
     "test_readonly_home.py",

@@ -164,6 +164,7 @@ def _chunks(png: bytes) -> list[bytes]:
     return found
 
 
+@pytest.mark.slow
 def test_the_plot_is_deterministic(history: History, db: Database, tmp_path: Path) -> None:
     report = _report(db)
     first = plot_report(report, tmp_path / "a.png").read_bytes()

@@ -134,6 +134,7 @@ def _verify(db: Database) -> None:
     assert checked > 0
 
 
+@pytest.mark.slow
 def test_retention_deletes_what_the_policy_no_longer_keeps(db: Database, nbcast_home: Path) -> None:
     history = make_history(db, nbcast_home)
     history.clock.advance(timedelta(hours=1))

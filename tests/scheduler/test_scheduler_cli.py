@@ -191,6 +191,7 @@ def _scheduler(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("second_home", ["same", "other"], ids=["same_home", "other_home"])
 def test_sqlite_allows_one_scheduler_and_sigterm_stops_it(
     nbcast_home: Path, tmp_path: Path, second_home: str

@@ -230,6 +230,7 @@ API_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_each_role_may_call_exactly_the_routes_it_allows(tmp_path: Path) -> None:
     """Every state-changing route (and the admin-only reads) as each role, in turn: the
