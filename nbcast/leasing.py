@@ -15,8 +15,9 @@ token** — a counter the claim increments (a run's or a delivery's attempt, an 
 3. **fenced write**: every later write of that claim is ``WHERE`` :func:`held` (the
    owner *and* the token): a holder whose lease was taken over writes nothing, and
    learns so from the row count (:func:`rowcount`);
-4. **reap**: a row whose lease :func:`expired` belongs to a holder that died; the next
-   claim (or a reaper) takes it back, and the token tells the two holders apart.
+4. **reap**: a row whose lease ran out belongs to a holder that died; the next claim
+   (it is :func:`free` again) or a reaper takes it back, and the token tells the two
+   holders apart.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import sqlalchemy as sa
 
 __all__ = [
     "LeaseColumns",
-    "expired",
     "free",
     "held",
     "released",
@@ -65,11 +65,6 @@ class LeaseColumns:
 def free(lease: LeaseColumns, now: datetime) -> Any:
     """No lease, or one that has run out by ``now``."""
     return sa.or_(lease.expires.is_(None), lease.expires < now)
-
-
-def expired(lease: LeaseColumns, now: datetime) -> Any:
-    """A lease that was taken and has run out by ``now`` (its holder died)."""
-    return sa.and_(lease.expires.is_not(None), lease.expires < now)
 
 
 def held(lease: LeaseColumns, owner: str, token: int | None = None) -> Any:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
 from nbcast.errors import ConfigError, NbcastError
-from nbcast.plugins import channels
+from nbcast.plugins import channels, recipient_rules
 
 if TYPE_CHECKING:
     from nbcast.delivery.settings import DeliverySettings
@@ -39,10 +39,8 @@ def channel_class(name: str) -> type[Channel]:
     function) has none of the class methods of its own: :class:`Channel`'s defaults
     stand for it (no configuration from the environment, recipients compared as
     written)."""
-    factory = channels.factory(name)
-    if isinstance(factory, type) and issubclass(factory, Channel):
-        return factory
-    return Channel
+    rules = recipient_rules(name)
+    return rules if issubclass(rules, Channel) else Channel
 
 
 def build_channels(

@@ -45,6 +45,7 @@ from nbcast.delivery.models import (
     DeliveryReason,
     DeliveryState,
 )
+from nbcast.leasing import rowcount
 from nbcast.retry import backoff
 
 __all__ = [
@@ -254,7 +255,7 @@ def write_answers(
                 )
                 .values(lease_owner=None, lease_expires_at=None, updated_at=now, **answer.values)
             )
-            if not getattr(result, "rowcount", 0):
+            if not rowcount(result):
                 continue  # the lease was lost: another worker has the row now
             conn.execute(
                 sa.update(_ATTEMPTS)

@@ -41,7 +41,7 @@ from nbcast.delivery.models import (
     Rendition,
     RenditionState,
 )
-from nbcast.leasing import skip_locked
+from nbcast.leasing import rowcount, skip_locked
 from nbcast.scheduler.models import Run
 
 __all__ = [
@@ -237,7 +237,7 @@ def release_unsent(db: Database, row: ClaimedDelivery, *, owner: str, now: datet
                 updated_at=now,
             )
         )
-        if not getattr(result, "rowcount", 0):
+        if not rowcount(result):
             return False
         conn.execute(
             sa.update(_ATTEMPTS)
@@ -331,7 +331,7 @@ def retry_failed(
             updated_at=now,
         )
     )
-    count = int(getattr(result, "rowcount", 0) or 0)
+    count = rowcount(result)
     if count:
         session.execute(
             sa.update(Rendition)
