@@ -246,7 +246,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # A test cluster on loopback: no token auth (Ray turns it on by itself once a token
     # file exists in ~/.ray, and then refuses a second node started without it).
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Warm kernels in the cluster's workers end 3 s after their last attempt (not 60),
+    # so a test that stops its worker sees every sandbox gone soon after.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "NBCAST_RAY_WARM_IDLE_S": "3"}
     common = ["--disable-usage-stats", "--num-cpus=1", "--num-gpus=0"]
     head = subprocess.run(
         [

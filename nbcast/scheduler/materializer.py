@@ -38,7 +38,10 @@ sync as usual, which is how an author fixes it.
 :data:`~nbcast.limits.MAX_SLOTS_PER_PASS` rows of one definition (a scheduler
 that was down for a year under a one-minute schedule): that many slots divided by
 the definition's audiences, at least one slot; the rest follow in the next
-pass, which is due at once. The misfire policy sees that more slots are due (so
+pass, which is due at once. A pass takes each definition at most once: a definition
+whose watermark it moved but which is still due is not claimed again by the pass's
+later batches or its other threads (on PostgreSQL several drain at once), so the bound
+holds per pass however the threads interleave. The misfire policy sees that more slots are due (so
 ``run_latest`` supersedes every missed slot of the earlier chunks); ``max_catchup``
 of ``run_all`` counts per pass.
 """
@@ -147,6 +150,8 @@ class Materializer:
         self.threads = threads if db.dialect == "postgresql" else 1
         self.plans = PlanCache()
         self._synced_through: int | None = None
+        self._passed: set[int] = set()
+        self._passed_lock = threading.Lock()
         self._incomplete = False
 
     # -- plans ------------------------------------------------------------------
@@ -278,6 +283,7 @@ class Materializer:
         ``now`` (default: the clock's time at each batch)."""
         if sync:
             self.sync()
+        self._passed = set()
         if self.threads == 1:
             result = TickResult()
             self._drain(now, result)
@@ -333,6 +339,9 @@ class Materializer:
                     .limit(self.batch)
                 )
             ).all()
+            with self._passed_lock:  # each definition once per pass (module docstring)
+                states = [s for s in states if s[0] not in self._passed]
+                self._passed.update(s[0] for s in states)
             if not states:
                 return 0
             plans = self.plans.load(session, [(s[0], s[1]) for s in states])

@@ -29,6 +29,14 @@ its run. Within a Ray worker process, kernels come from a process-local warm poo
 (:mod:`nbcast.executor.kernels.zygote`), as in the local engine; ``NBCAST_RAY_FORKED_KERNELS=0``
 (or ``NBCAST_FORKED_KERNELS=0``) starts them plainly instead.
 
+**Warm kernels end when their Ray worker idles.** A Ray worker process outlives the
+nbcast worker that sent it tasks (Ray keeps idle workers for reuse, up to one per CPU),
+and its pool keeps a ready kernel — in a sandbox of the last tenant it served — for
+the next task. Once no attempt has reached the process for ``NBCAST_RAY_WARM_IDLE_S``
+seconds (default 60, between 1 and 3,600) the pool is closed, its kernels, their
+sandboxes and the zygote with it; the next task starts a new pool. So a stopped
+worker or a quiet tenant leaves no sandbox behind for longer than that.
+
 Forked kernels in Ray workers, decided after a stall. Once, in the demo, a run inside
 a Ray worker got no kernel within 60 s, and forked kernels were turned off in Ray
 workers (3,150 instead of 15,500 runs/hour). What was found:
@@ -69,6 +77,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from nbcast.executor.attempt import AttemptJob, AttemptReport
@@ -83,6 +93,78 @@ __all__ = ["RayEngine"]
 
 log = logging.getLogger(__name__)
 _POOL: Any = None
+_POOL_LOCK = threading.Lock()
+_BUSY = 0
+_LAST_USE = 0.0
+_REAPER: threading.Thread | None = None
+
+DEFAULT_WARM_IDLE_S = 60.0
+MAX_WARM_IDLE_S = 3600.0
+
+
+def warm_idle_s(environ: dict[str, str] | None = None) -> float:
+    """``NBCAST_RAY_WARM_IDLE_S``: how long a Ray worker keeps its warm kernels without
+    an attempt (module docstring); a value that is not a number in [1, 3600] is
+    replaced by the default, with a warning in the Ray worker's log."""
+    text = (os.environ if environ is None else environ).get("NBCAST_RAY_WARM_IDLE_S", "")
+    if not text.strip():
+        return DEFAULT_WARM_IDLE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1.0 <= value <= MAX_WARM_IDLE_S:  # NaN fails too
+        log.warning("NBCAST_RAY_WARM_IDLE_S=%.40r is not 1-3600 seconds; using 60", text)
+        return DEFAULT_WARM_IDLE_S
+    return value
+
+
+def _reap_idle_pool(idle_s: float) -> None:
+    """Close this Ray worker's pool once it has been idle for ``idle_s`` (a daemon
+    thread, one per process; it ends with the pool it closed)."""
+    global _POOL, _REAPER
+    while True:
+        time.sleep(min(idle_s, 5.0) / 2)
+        with _POOL_LOCK:
+            if _POOL is None:
+                _REAPER = None
+                return
+            if _BUSY or time.monotonic() - _LAST_USE < idle_s:
+                continue
+            pool, _POOL, _REAPER = _POOL, None, None
+        pool.close()
+        return
+
+
+def _take_pool(job: AttemptJob) -> Any:
+    """This Ray worker's pool (started on first use, with its idle reaper), marked busy."""
+    from nbcast.executor.kernels import KernelPool
+
+    global _POOL, _BUSY, _REAPER
+    with _POOL_LOCK:
+        _BUSY += 1
+        if _POOL is None and os.environ.get("NBCAST_RAY_WARM_KERNELS", "1") == "1":
+            # Zygote-forked kernels unless NBCAST_RAY_FORKED_KERNELS=0 (module
+            # docstring); None keeps the pool's own switch, NBCAST_FORKED_KERNELS.
+            forked = None if os.environ.get("NBCAST_RAY_FORKED_KERNELS", "1") != "0" else False
+            # A sandboxed job's kernels are kept per tenant: none is started before one asks.
+            _POOL = KernelPool(size=1, forked=forked, profiles=() if job.sandbox else None)
+        if _POOL is not None and _REAPER is None:
+            _REAPER = threading.Thread(
+                target=_reap_idle_pool,
+                args=(warm_idle_s(),),
+                name="nbcast-warm-reaper",
+                daemon=True,
+            )
+            _REAPER.start()
+        return _POOL
+
+
+def _give_back_pool() -> None:
+    global _BUSY, _LAST_USE
+    with _POOL_LOCK:
+        _BUSY -= 1
+        _LAST_USE = time.monotonic()
 
 
 def _run_in_ray(job: AttemptJob) -> AttemptReport:
@@ -92,16 +174,12 @@ def _run_in_ray(job: AttemptJob) -> AttemptReport:
     import ray
 
     from nbcast.executor.attempt import execute_attempt
-    from nbcast.executor.kernels import KernelPool
 
-    global _POOL
-    if _POOL is None and os.environ.get("NBCAST_RAY_WARM_KERNELS", "1") == "1":
-        # Zygote-forked kernels unless NBCAST_RAY_FORKED_KERNELS=0 (module docstring);
-        # None keeps the pool's own switch, NBCAST_FORKED_KERNELS.
-        forked = None if os.environ.get("NBCAST_RAY_FORKED_KERNELS", "1") != "0" else False
-        # A sandboxed job's kernels are kept per tenant: none is started before one asks.
-        _POOL = KernelPool(size=1, forked=forked, profiles=() if job.sandbox else None)
-    outcome = execute_attempt(job, pool=_POOL)
+    pool = _take_pool(job)
+    try:
+        outcome = execute_attempt(job, pool=pool)
+    finally:
+        _give_back_pool()
     node = ray.get_runtime_context().get_node_id()
     return dataclasses.replace(outcome, host=f"{socket.gethostname()}/ray-node-{node[:12]}")
 
