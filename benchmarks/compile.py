@@ -14,8 +14,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import available_timezones
 
+from nbcast.definitions.compiler import compile_schedule
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import compile_schedule
 
 WINDOW_START = datetime(2026, 3, 1, tzinfo=UTC)
 

@@ -50,7 +50,7 @@ PUBLIC_MODULES = [
     "nbcast.definitions.diff",
     "nbcast.definitions.cron",
     # scheduling plane
-    "nbcast.scheduler.compiler",
+    "nbcast.definitions.compiler",
     "nbcast.scheduler.preview",
     "nbcast.scheduler.materializer",
     "nbcast.scheduler.policies",
@@ -120,7 +120,7 @@ PUBLIC_MODULES = [
     "nbcast.tenancy.checkpoints",
     "nbcast.definitions.recipients",
     "nbcast.scheduler.slots",
-    "nbcast.scheduler.zones",
+    "nbcast.definitions.transitions",
     # kernel side
     "nbcast.warehouse",
     "nbcast.warehouse.context",

@@ -106,7 +106,8 @@ INSTANT = InstantType()
 
 class DayOrInstantType(InstantType):
     """An instant, or a bare ISO date (``2026-10-05``): the start of that day in the
-    zone of the schedule the command works on (:func:`nbcast.scheduler.zones.range_bound`)."""
+    zone of the schedule the command works on
+    (:func:`nbcast.definitions.transitions.range_bound`)."""
 
     name = "DATE|INSTANT"
 

@@ -40,6 +40,7 @@ from nbcast.db import Database, insert_many_ignore
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
 from nbcast.definitions.queries import definition_row
+from nbcast.definitions.transitions import range_bound
 from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
@@ -55,7 +56,6 @@ from nbcast.scheduler.slots import (
     slot_rows,
     usable,
 )
-from nbcast.scheduler.zones import range_bound
 from nbcast.tenancy import audit
 from nbcast.tenancy.roles import Role, require
 
@@ -200,7 +200,7 @@ def backfill(
 ) -> BackfillResult:
     """Materialize ``[start, end)`` of ``name``'s schedule as backfill runs. A bare
     date is the start of that day in the schedule's zone
-    (:func:`~nbcast.scheduler.zones.range_bound`)."""
+    (:func:`~nbcast.definitions.transitions.range_bound`)."""
     materializer = Materializer(db, clock, name=caller.user)
     now = clock.now()
     with db.session() as session:

@@ -107,7 +107,7 @@ class RunReason(StrEnum):
     """Why the executor put a run where it is (the ``runs.reason`` column).
 
     The scheduler writes its own reasons on the runs it records without running
-    (:class:`nbcast.scheduler.compiler.SlotReason`); these are the executor's.
+    (:class:`nbcast.definitions.compiler.SlotReason`); these are the executor's.
     """
 
     retry = "retry"

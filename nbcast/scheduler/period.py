@@ -29,19 +29,16 @@ backfills (:func:`nbcast.scheduler.slots.slot_rows`), a manual run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from nbcast.clock import format_instant
 from nbcast.definitions.bindings import Period, resolve_parameters
-from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import CompiledSchedule, IntervalSchedule, Slot, compile_schedule
+from nbcast.definitions.compiler import CompiledSchedule, IntervalSchedule, Slot
 
 __all__ = [
     "context_of",
-    "interval_schedule",
     "manual_period",
     "resolve_run",
     "slot_periods",
@@ -51,14 +48,6 @@ _LOOKBACK_LIMIT = timedelta(days=366 * 30)
 """How far back a previous slot is looked for (a cron that fires once in 28 years —
 29 February on a Monday — still finds its previous one)."""
 _UTC_ZONE = ZoneInfo("UTC")
-
-
-def interval_schedule(schedule: ScheduleSpec) -> CompiledSchedule:
-    """The schedule whose slots define intervals: without ``start``/``end``, so the
-    first slot's previous one exists (module docstring)."""
-    if schedule.cron is not None and (schedule.start is not None or schedule.end is not None):
-        return compile_schedule(replace(schedule, start=None, end=None))
-    return compile_schedule(schedule)
 
 
 def _before(schedule: CompiledSchedule, slot: Slot) -> datetime | None:

@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from nbcast.definitions.compiler import Slot, SlotReason, SlotStatus
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
-from nbcast.scheduler.compiler import Slot, SlotReason, SlotStatus
 from nbcast.scheduler.models import RunState
 
 __all__ = ["ActiveRuns", "Decision", "SlotReason", "decide"]

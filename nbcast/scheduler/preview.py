@@ -25,13 +25,13 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from nbcast.definitions.compiler import Slot, compile_schedule, load_zone
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
+from nbcast.definitions.transitions import range_bound
 from nbcast.definitions.zones import zone_problem
 from nbcast.durations import parse_duration
 from nbcast.errors import ScheduleError
 from nbcast.limits import MAX_SCHEDULE_DURATION
-from nbcast.scheduler.compiler import Slot, compile_schedule, load_zone
-from nbcast.scheduler.zones import range_bound
 
 __all__ = [
     "MAX_PREVIEW_SLOTS",
@@ -63,7 +63,7 @@ def slot_row(slot: Slot) -> PreviewRow:
 
 def _bound(value: datetime | date, zone: str, name: str) -> datetime:
     """A range end: an instant, or a bare date as the start of that day in ``zone``
-    (:func:`~nbcast.scheduler.zones.range_bound`)."""
+    (:func:`~nbcast.definitions.transitions.range_bound`)."""
     if isinstance(value, date) and not isinstance(value, datetime):
         problem = zone_problem(zone)
         if problem:
@@ -191,10 +191,11 @@ def preview_definition(
     schema. A definition without a schedule is a :class:`ScheduleError`.
     """
     from nbcast.definitions.compiled import compile_version
-    from nbcast.scheduler.period import interval_schedule, resolve_run, slot_periods
+    from nbcast.scheduler.period import resolve_run, slot_periods
 
-    spec = compile_version(block, schema).spec
-    if spec.schedule is None:
+    version = compile_version(block, schema)
+    spec = version.spec
+    if spec.schedule is None or version.compiled_schedule is None or version.intervals is None:
         raise ScheduleError("the definition has no schedule to preview (it runs on request)")
     low = _bound(range_from, spec.schedule.timezone, "from")
     high = _bound(range_to, spec.schedule.timezone, "to")
@@ -202,12 +203,10 @@ def preview_definition(
         raise ScheduleError(
             f"from ({low.isoformat()}) must be before to ({high.isoformat()})", "from"
         )
-    schedule = compile_schedule(spec.schedule)
-    slots = list(islice(schedule.slots(low, high), limit + 1))
+    slots = list(islice(version.compiled_schedule.slots(low, high), limit + 1))
     if len(slots) > limit:
         raise ScheduleError(f"more than {limit:,} slots in the range; narrow it")
-    zone = load_zone(spec.schedule.timezone)
-    periods = slot_periods(interval_schedule(spec.schedule), zone, slots)
+    periods = slot_periods(version.intervals, version.zone, slots)
     rows: list[dict[str, Any]] = []
     for slot, period in zip(slots, periods, strict=True):
         row: dict[str, Any] = dict(slot_row(slot))

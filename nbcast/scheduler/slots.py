@@ -2,17 +2,18 @@
 become — the pieces the materializer and the scheduler's commands (pause, resume,
 backfill) share.
 
-A :class:`Plan` is one stored version compiled: its parsed spec, its schedule and
-the :class:`~nbcast.scheduler.compiler.CompiledSchedule` — or, for a version that can
-no longer be compiled (a *poison* definition), why not (``error``). :class:`PlanCache`
-compiles each version once per process. :func:`due_slots` lists the slots after a
-watermark up to an instant; :func:`slot_rows` turns decided slots into ``runs`` rows
-(the version's parameters, the deterministic jitter share, whether the run is
-serial); :func:`active_runs` counts what the overlap policy needs.
+A :class:`Plan` is one stored version as the scheduler holds it: its
+:class:`~nbcast.definitions.compiled.CompiledVersion` (spec, compiled schedule,
+intervals, zone, audiences — compiled by the definitions plane, never here) — or, for a
+version that can no longer be compiled (a *poison* definition), why not (``error``).
+:class:`PlanCache` holds each version's plan once per process. :func:`due_slots` lists
+the slots after a watermark up to an instant; :func:`slot_rows` turns decided slots
+into ``runs`` rows (the version's parameters, the deterministic jitter share, whether
+the run is serial); :func:`active_runs` counts what the overlap policy needs.
 
 **Audiences.** A plan carries the audiences of its version's subscriptions
-(:func:`nbcast.definitions.audiences.audiences`: the base audience ``""`` alone for a
-definition without scoped subscriptions). Every decided slot becomes one row *per
+(:attr:`~nbcast.definitions.compiled.CompiledVersion.audiences`: the base audience ``""``
+alone for a definition without scoped subscriptions). Every decided slot becomes one row *per
 audience* — the same state and reason for all of them, since a slot is decided once —
 with ``audience`` its key, ``row_filter`` its filter (None for the base audience) and
 ``parameters`` the version's overlaid with the audience's, bindings resolved for the
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -44,15 +45,15 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from nbcast.definitions.audiences import BASE, Audience, audiences
-from nbcast.definitions.bindings import Period, is_binding
-from nbcast.definitions.compiled import compile_version
+from nbcast.definitions.audiences import Audience
+from nbcast.definitions.bindings import Period
+from nbcast.definitions.compiled import CompiledVersion, compile_version
+from nbcast.definitions.compiler import CompiledSchedule, Slot
 from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec
 from nbcast.errors import ScheduleError
-from nbcast.scheduler.compiler import CompiledSchedule, Slot, compile_schedule
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState
-from nbcast.scheduler.period import interval_schedule, resolve_run, slot_periods
+from nbcast.scheduler.period import resolve_run, slot_periods
 from nbcast.scheduler.policies import ActiveRuns, Decision
 
 __all__ = [
@@ -74,31 +75,53 @@ EPSILON = timedelta(microseconds=1)
 
 @dataclass(frozen=True)
 class Plan:
-    """A compiled version: its spec, schedule and schema-checked parameters — or,
-    for a version that cannot be compiled, why (``error``)."""
+    """One stored version as the scheduler holds it: which version, whose, and its
+    :class:`~nbcast.definitions.compiled.CompiledVersion` — or, for a version that
+    cannot be compiled, why (``error``; its compiled version is then an empty one)."""
 
     version_id: int
     version: int
     tenant_id: int
-    spec: ReportSpec
-    schedule: ScheduleSpec | None
-    compiled: CompiledSchedule | None
+    source: CompiledVersion
+    """The compiled version (spec, schedule, intervals, zone, audiences)."""
     error: str | None = None
-    intervals: CompiledSchedule | None = None
-    """The schedule data intervals are read from (:mod:`nbcast.scheduler.period`)."""
-    zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
-    bound: bool = False
-    """Whether any parameter value is a binding, resolved per slot."""
-    audiences: tuple[Audience, ...] = (
-        Audience(key=BASE, parameters={}, row_filter={}, subscriptions=()),
-    )
-    """Who receives the version's runs: one row per slot and audience (module docstring)."""
+
+    @property
+    def spec(self) -> ReportSpec:
+        return self.source.spec
+
+    @property
+    def schedule(self) -> ScheduleSpec | None:
+        return self.source.spec.schedule
+
+    @property
+    def compiled(self) -> CompiledSchedule | None:
+        """The compiled schedule (None: the version runs on request, or is poison)."""
+        return None if self.error else self.source.compiled_schedule
+
+    @property
+    def intervals(self) -> CompiledSchedule | None:
+        """The schedule data intervals are read from (:mod:`nbcast.scheduler.period`)."""
+        return None if self.error else self.source.intervals
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return self.source.zone
+
+    @property
+    def bound(self) -> bool:
+        """Whether any parameter value is a binding, resolved per slot."""
+        return self.source.bound
+
+    @property
+    def audiences(self) -> tuple[Audience, ...]:
+        """Who receives the version's runs: one row per slot and audience (module
+        docstring)."""
+        return self.source.audiences
 
     def parameters_of(self, audience: Audience) -> dict[str, Any]:
         """The version's parameters overlaid with ``audience``'s (unresolved)."""
-        if not audience.parameters:
-            return self.spec.parameters
-        return {**self.spec.parameters, **audience.parameters}
+        return self.source.parameters_of(audience)
 
 
 class PoisonDefinition(ScheduleError):
@@ -124,25 +147,19 @@ class PlanCache:
         if cached is not None:
             return cached
         try:
-            spec = compile_version(block, schema).spec
-            compiled = compile_schedule(spec.schedule) if spec.schedule else None
-            scopes = tuple(audiences(spec.subscriptions))
-            values = [*spec.parameters.values()]
-            values += [v for a in scopes for v in a.parameters.values()]
-            plan = Plan(
-                version_id,
-                version,
-                tenant_id,
-                spec,
-                spec.schedule,
-                compiled,
-                intervals=interval_schedule(spec.schedule) if spec.schedule else None,
-                zone=ZoneInfo(spec.schedule.timezone if spec.schedule else "UTC"),
-                bound=any(is_binding(v) for v in values),
-                audiences=scopes,
+            source = compile_version(block, schema)
+            # Everything the scheduler reads, compiled now: a failure is the version's.
+            _ = (
+                source.compiled_schedule,
+                source.intervals,
+                source.zone,
+                source.audiences,
+                source.bound,
             )
+            plan = Plan(version_id, version, tenant_id, source)
         except Exception as exc:  # a poison version: recorded on its definition
-            plan = Plan(version_id, version, tenant_id, ReportSpec(), None, None, str(exc)[:400])
+            empty = CompiledVersion(ReportSpec(), ())
+            plan = Plan(version_id, version, tenant_id, empty, str(exc)[:400])
         if len(self._plans) > 100_000:
             self._plans.clear()
         self._plans[version_id] = plan

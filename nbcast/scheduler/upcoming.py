@@ -23,8 +23,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from nbcast.clock import format_instant
-from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import (
+from nbcast.definitions.compiler import (
     CompiledSchedule,
     CronSchedule,
     Slot,
@@ -32,6 +31,7 @@ from nbcast.scheduler.compiler import (
     compile_schedule,
     load_zone,
 )
+from nbcast.definitions.spec import ScheduleSpec
 
 __all__ = ["MAX_UPCOMING", "UpcomingFire", "dst_note", "slot_notes", "upcoming"]
 

@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbcast.definitions.bindings import SNAPS, Period, parse_binding, resolve, resolve_parameters
+from nbcast.definitions.compiler import CompiledSchedule, Slot, interval_schedule
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
-from nbcast.scheduler.compiler import CompiledSchedule, Slot
-from nbcast.scheduler.period import context_of, interval_schedule, slot_periods
+from nbcast.scheduler.period import context_of, slot_periods
 from tests.definitions import bindings_oracle as oracle
 
 # Each zone's UTC-offset changes the windows are centred on.

@@ -26,11 +26,11 @@ import sqlalchemy as sa
 from nbcast.access import Caller
 from nbcast.db import Database
 from nbcast.definitions.audiences import audiences as spec_audiences
+from nbcast.definitions.compiler import compile_schedule
 from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.spec import parse_spec
 from nbcast.definitions.versions import publish
 from nbcast.heartbeats import ServiceHeartbeat
-from nbcast.scheduler.compiler import compile_schedule
 from nbcast.scheduler.materializer import initial_watermark
 from nbcast.scheduler.models import Run, ScheduleState
 from tests.definitions.reads import get_version

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
-from nbcast.definitions.audiences import BASE, Audience, audience_key
+from nbcast.definitions.audiences import BASE, audience_key
+from nbcast.definitions.compiler import Slot, SlotStatus
 from nbcast.definitions.versions import publish
 from nbcast.errors import ScheduleError
 from nbcast.scheduler import control
 from nbcast.scheduler import materializer as materializer_module
-from nbcast.scheduler.compiler import Slot, SlotStatus
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import CancelRequest, Run, RunKind, RunState
 from nbcast.scheduler.policies import Decision
@@ -433,17 +433,23 @@ def test_slot_rows_are_one_per_slot_and_audience(
     regions: list[str], base: bool, states: list[RunState]
 ) -> None:
     scopes = sorted({audience_key({"region": r}, {"region": r}): r for r in regions}.items())
-    audiences = [
-        Audience(key=k, parameters={"region": r}, row_filter={"region": r}, subscriptions=())
-        for k, r in scopes
-    ]
-    if base or not audiences:
-        audiences.insert(0, Audience(key=BASE, parameters={}, row_filter={}, subscriptions=()))
-    from nbcast.definitions.spec import ReportSpec
+    from nbcast.definitions.compiled import CompiledVersion
+    from nbcast.definitions.spec import ReportSpec, Subscription
 
-    plan = Plan(
-        1, 1, 1, ReportSpec(parameters={"region": "ALL"}), None, None, audiences=tuple(audiences)
-    )
+    subscriptions = [
+        Subscription(
+            channel="email", to=f"{r}@x", parameters={"region": r}, row_filter={"region": r}
+        )
+        for r in regions
+    ]
+    if base or not regions:
+        subscriptions.append(Subscription(channel="email", to="all@x"))
+    spec = ReportSpec(parameters={"region": "ALL"}, subscriptions=tuple(subscriptions))
+    plan = Plan(1, 1, 1, CompiledVersion(spec, ()))
+    audiences = plan.audiences
+    assert [a.key for a in audiences] == ([BASE] if base or not regions else []) + [
+        k for k, _ in scopes
+    ]
     decisions = [Decision(_slot(60 * i), state) for i, state in enumerate(states)]
     made = slot_rows(7, plan, decisions, RunKind.scheduled, T0)
     keys = [(row["slot_key"], row["audience"]) for row in made]

@@ -19,12 +19,13 @@ from nbcast.access import Caller
 from nbcast.clock import FixedClock
 from nbcast.db import Database
 from nbcast.definitions.bindings import Period, parse_binding, resolve, resolve_parameters
+from nbcast.definitions.compiler import interval_schedule
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.definitions.versions import publish
 from nbcast.executor.queue import RunQueue
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import Run, RunState
-from nbcast.scheduler.period import interval_schedule, slot_periods
+from nbcast.scheduler.period import slot_periods
 from tests.notebooks import make_notebook
 
 NY = "America/New_York"

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbcast.definitions.bindings import Period, parse_binding, resolve
+from nbcast.definitions.compiler import compile_schedule, interval_schedule
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import compile_schedule
-from nbcast.scheduler.period import interval_schedule, slot_periods
+from nbcast.scheduler.period import slot_periods
 
 ZONES = [
     "America/New_York",

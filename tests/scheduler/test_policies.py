@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nbcast.definitions.compiler import Slot, SlotStatus
 from nbcast.definitions.spec import MisfirePolicy, OverlapPolicy, ScheduleSpec
-from nbcast.scheduler.compiler import Slot, SlotStatus
 from nbcast.scheduler.models import RunState
 from nbcast.scheduler.policies import ActiveRuns, decide
 

@@ -11,9 +11,9 @@ import pytest
 
 import nbcast.scheduler.preview as preview_module
 from nbcast.definitions.spec import DstGap, ScheduleSpec
+from nbcast.definitions.transitions import day_start, range_bound
 from nbcast.errors import ScheduleError
 from nbcast.scheduler.preview import MAX_PREVIEW_SLOTS, PREVIEW_COLUMNS, preview, table_cells
-from nbcast.scheduler.zones import day_start, range_bound
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, *rest: int) -> datetime:

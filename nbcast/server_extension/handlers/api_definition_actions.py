@@ -10,7 +10,7 @@ tenant (another tenant's definition is "not found", 404).
 
 Range ends (a backfill's ``from``/``until``, a preview's) are what the CLI takes: an
 ISO 8601 instant with an offset, or a bare date ``YYYY-MM-DD`` meaning the start of
-that day in the schedule's own zone (:func:`nbcast.scheduler.zones.range_bound`).
+that day in the schedule's own zone (:func:`nbcast.definitions.transitions.range_bound`).
 A backfill covers at most :data:`~nbcast.limits.MAX_BACKFILL_SLOTS` slots, as the
 CLI's; a preview at most ``limit`` (1 to :data:`MAX_PREVIEW`, default
 :data:`DEFAULT_PREVIEW`), more is a 400 that says to narrow the range.

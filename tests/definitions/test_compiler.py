@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-import nbcast.scheduler.compiler as compiler
-from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
-from nbcast.errors import ScheduleError
-from nbcast.scheduler.compiler import (
+import nbcast.definitions.compiler as compiler
+from nbcast.definitions.compiler import (
     CronSchedule,
     IntervalSchedule,
     Slot,
@@ -19,6 +17,8 @@ from nbcast.scheduler.compiler import (
     compile_schedule,
     load_zone,
 )
+from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
+from nbcast.errors import ScheduleError
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, *rest: int) -> datetime:
@@ -39,6 +39,7 @@ def test_public_api() -> None:
         "SlotReason",
         "SlotStatus",
         "compile_schedule",
+        "interval_schedule",
         "load_zone",
     ]
 

@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from nbcast.definitions.compiler import compile_schedule
 from nbcast.definitions.spec import ScheduleSpec
-from nbcast.scheduler.compiler import compile_schedule
 
 
 def transition(name: str, zone: str, at: str, change: str) -> Any:

@@ -18,9 +18,9 @@ from zoneinfo import ZoneInfo, available_timezones
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from nbcast.definitions.compiler import Slot, compile_schedule
 from nbcast.definitions.cron import CronExpression
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
-from nbcast.scheduler.compiler import Slot, compile_schedule
 
 ZONES = sorted(available_timezones())
 LIVELY = [

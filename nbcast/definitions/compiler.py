@@ -56,7 +56,7 @@ from __future__ import annotations
 import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
@@ -64,8 +64,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nbcast.definitions.cron import CronExpression
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
+from nbcast.definitions.transitions import DAY, Neighbourhood, offset_at, transitions
 from nbcast.errors import ScheduleError
-from nbcast.scheduler.zones import DAY, Neighbourhood, offset_at, transitions
 
 __all__ = [
     "CompiledSchedule",
@@ -75,6 +75,7 @@ __all__ = [
     "SlotReason",
     "SlotStatus",
     "compile_schedule",
+    "interval_schedule",
     "load_zone",
 ]
 
@@ -542,3 +543,11 @@ def compile_schedule(spec: ScheduleSpec, *, anchor: datetime | None = None) -> C
         _wall_seconds(spec.end, up=False)
         last = spec.end.replace(tzinfo=zone, fold=1).astimezone(UTC)
     return IntervalSchedule(spec.every, zone, anchor=first, not_after=last, gap=gap, fold=fold)
+
+
+def interval_schedule(schedule: ScheduleSpec) -> CompiledSchedule:
+    """The schedule whose slots define intervals: without ``start``/``end``, so the
+    first slot's previous one exists (:mod:`nbcast.scheduler.period`)."""
+    if schedule.cron is not None and (schedule.start is not None or schedule.end is not None):
+        return compile_schedule(replace(schedule, start=None, end=None))
+    return compile_schedule(schedule)
