@@ -40,8 +40,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, JSONType, utcnow
+from nbcast.leasing import LeaseColumns
 
 __all__ = [
+    "DELIVERY_LEASE",
+    "RENDITION_LEASE",
     "AttemptOutcome",
     "Delivery",
     "DeliveryAttempt",
@@ -177,6 +180,15 @@ class Rendition(Base):
     rendered_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+RENDITION_LEASE = LeaseColumns(
+    Rendition.lease_owner,
+    Rendition.lease_expires_at,
+    Rendition.attempt,
+)
+"""A rendition's lease (:mod:`nbcast.leasing`): the delivery worker rendering it, until
+when (after a failure: when it may be tried again), and the attempt as its token."""
+
+
 class Delivery(Base):
     """The ledger: one report run to one recipient over one channel."""
 
@@ -234,6 +246,15 @@ class Delivery(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+DELIVERY_LEASE = LeaseColumns(
+    Delivery.lease_owner,
+    Delivery.lease_expires_at,
+    Delivery.attempt,
+)
+"""A ledger row's lease (:mod:`nbcast.leasing`): the sender holding it, until when,
+and the attempt as its fencing token."""
 
 
 class DeliveryAttempt(Base):

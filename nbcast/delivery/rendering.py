@@ -40,10 +40,10 @@ from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.intake import spec_of
-from nbcast.delivery.models import Rendition, RenditionState
+from nbcast.delivery.models import RENDITION_LEASE, Rendition, RenditionState
 from nbcast.delivery.renderers import Renderer, renderers
 from nbcast.delivery.report import ReportInfo
-from nbcast.leasing import skip_locked
+from nbcast.leasing import extended, free, held, released, skip_locked, taken
 from nbcast.retry import backoff
 from nbcast.scheduler.models import Run
 from nbcast.tenancy.models import Tenant
@@ -253,7 +253,7 @@ class RenderQueue:
                 sa.select(Rendition.id)
                 .where(
                     Rendition.state == RenditionState.PENDING.value,
-                    sa.or_(Rendition.lease_expires_at.is_(None), Rendition.lease_expires_at <= now),
+                    free(RENDITION_LEASE, now),
                 )
                 .order_by(Rendition.id)
                 .limit(limit)
@@ -267,8 +267,8 @@ class RenderQueue:
                 .where(spent)
                 .values(
                     state=RenditionState.FAILED.value,
-                    lease_owner=None,
                     error={"error": "RenderLost", "message": "no attempt came back"},
+                    **released(RENDITION_LEASE),
                 )
             )
             ids = list(
@@ -284,9 +284,7 @@ class RenderQueue:
                 sa.update(Rendition)
                 .where(Rendition.id.in_(ids))
                 .values(
-                    attempt=Rendition.attempt + 1,
-                    lease_owner=self.owner,
-                    lease_expires_at=now + timedelta(seconds=self.timeout + 30),
+                    **taken(RENDITION_LEASE, self.owner, now, timedelta(seconds=self.timeout + 30))
                 )
             )
             rows = session.execute(
@@ -343,8 +341,7 @@ class RenderQueue:
         now = self.clock.now()
         fenced = sa.and_(
             Rendition.id == rendition_id,
-            Rendition.attempt == attempt,
-            Rendition.lease_owner == self.owner,
+            held(RENDITION_LEASE, self.owner, attempt),
             Rendition.state == RenditionState.PENDING.value,
         )
         if result.sha256 is not None:
@@ -357,20 +354,22 @@ class RenderQueue:
                 "media_type": media_type,
                 "rendered_at": now,
                 "error": None,
-                "lease_owner": None,
-                "lease_expires_at": None,
+                **released(RENDITION_LEASE),
             }
         elif attempt >= self.max_attempts:
             values = {
                 "state": RenditionState.FAILED.value,
                 "error": result.error,
-                "lease_owner": None,
+                **released(RENDITION_LEASE),
             }
         else:
             values = {
                 "error": result.error,
-                "lease_owner": None,
-                "lease_expires_at": now + backoff(attempt, base=self.backoff_base, cap=600),
+                **released(RENDITION_LEASE),
+                # A PENDING rendition's expiry doubles as its retry time (nbcast.leasing).
+                **extended(
+                    RENDITION_LEASE, now + backoff(attempt, base=self.backoff_base, cap=600)
+                ),
             }
         with self.db.session() as session:
             session.execute(sa.update(Rendition).where(fenced).values(**values))

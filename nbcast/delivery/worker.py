@@ -30,9 +30,17 @@ from nbcast.daemon import Service, Step, Supervisor
 from nbcast.db import Database
 from nbcast.delivery.intake import consume_outbox
 from nbcast.delivery.ledger import Ledger
-from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
+from nbcast.delivery.models import (
+    DELIVERY_LEASE,
+    RENDITION_LEASE,
+    Delivery,
+    DeliveryState,
+    Rendition,
+    RenditionState,
+)
 from nbcast.delivery.rendering import RenderQueue
 from nbcast.executor.models import OutboxRow
+from nbcast.leasing import free
 
 __all__ = ["IDLE_HORIZON", "DeliveryWorker"]
 
@@ -111,9 +119,7 @@ class DeliveryWorker(Service):
         docstring): retries due later are left for the next run."""
         horizon = self.clock.now() + self.idle_horizon
         rendering = Rendition.state == RenditionState.PENDING.value
-        due_rendition = rendering & (
-            Rendition.lease_expires_at.is_(None) | (Rendition.lease_expires_at <= horizon)
-        )
+        due_rendition = rendering & free(RENDITION_LEASE, horizon)
         # A delivery is claimed only once its run has no PENDING rendition: one that
         # waits on a rendition due after the horizon is not due either.
         held_back = (
@@ -121,7 +127,7 @@ class DeliveryWorker(Service):
             .where(
                 Rendition.run_id == Delivery.run_id,
                 rendering,
-                Rendition.lease_expires_at > horizon,
+                ~free(RENDITION_LEASE, horizon),
             )
             .exists()
         )
@@ -130,9 +136,7 @@ class DeliveryWorker(Service):
             & (Delivery.not_before <= horizon)
             & ~held_back
         )
-        in_flight = (Delivery.state == DeliveryState.SENDING.value) & (
-            Delivery.lease_expires_at.is_(None) | (Delivery.lease_expires_at <= horizon)
-        )
+        in_flight = (Delivery.state == DeliveryState.SENDING.value) & free(DELIVERY_LEASE, horizon)
         with self.db.session() as session:
             return not session.scalar(
                 sa.select(

@@ -52,8 +52,8 @@ from nbcast.executor.lease import Backoff, Lease, Success, lease_lost
 from nbcast.executor.models import Outcome
 from nbcast.executor.quotas import record_usage
 from nbcast.executor.sql import ATTEMPTS, OUTBOX, RUNS
-from nbcast.leasing import rowcount, skip_locked
-from nbcast.scheduler.models import LEASED_STATES, CancelRequest, RunReason, RunState
+from nbcast.leasing import expired, extended, held, held_text, released, rowcount, skip_locked
+from nbcast.scheduler.models import LEASED_STATES, RUN_LEASE, CancelRequest, RunReason, RunState
 from nbcast.tenancy.budgets import Use, add_usage, usage_day
 from nbcast.tenancy.models import DEFAULT_MAX_ATTEMPTS, Tenant
 
@@ -65,6 +65,8 @@ REAP_BATCH = 500
 """Expired leases the reaper takes back per pass (the rest at the next pass)."""
 
 _LEASED = ", ".join(f"'{s}'" for s in LEASED_STATES)
+_HELD = held_text(RUN_LEASE, "r", owner="f.owner", token="f.attempt")
+_RELEASED = ", ".join(f"{column} = NULL" for column in released(RUN_LEASE))
 # LEASED → RUNNING for many attempts at once, each fenced; returns those still held.
 # Committed asynchronously like the claim (migration 0004): losing it in a server
 # crash loses a lease, which fencing handles; set_config runs once, in FROM.
@@ -72,7 +74,7 @@ _START_MANY = sa.text(
     f"UPDATE runs r SET state = '{RunState.RUNNING}', started_at = :now "
     "FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]), CAST(:owners AS text[])) "
     "AS f(id, attempt, owner), (SELECT set_config('synchronous_commit', 'off', true)) AS s "
-    "WHERE r.id = f.id AND r.attempt = f.attempt AND r.lease_owner = f.owner "
+    f"WHERE r.id = f.id AND {_HELD} "
     f"AND r.state IN ({_LEASED}) RETURNING r.id, r.attempt, r.context"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
 
@@ -103,9 +105,9 @@ def _succeed_many(usage: bool) -> sa.TextClause:
         "AS f(id, attempt, owner, artifact, duration, kernel_start, host, reason, cpu, mem"
         f"{scanned[1]})), "
         f"done AS (UPDATE runs r SET state = '{RunState.SUCCEEDED}', finished_at = :now, "
-        "artifact_sha256 = f.artifact, lease_owner = NULL, lease_expires_at = NULL, "
-        "error = NULL, reason = f.reason FROM f WHERE r.id = f.id AND r.attempt = f.attempt "
-        f"AND r.lease_owner = f.owner AND r.state IN ({_LEASED}) "
+        f"artifact_sha256 = f.artifact, {_RELEASED}, "
+        "error = NULL, reason = f.reason FROM f WHERE r.id = f.id "
+        f"AND {_HELD} AND r.state IN ({_LEASED}) "
         "RETURNING r.id, r.attempt, r.tenant_id), "
         "handed AS (INSERT INTO delivery_outbox (tenant_id, run_id, created_at) "
         "SELECT tenant_id, id, :now FROM done ON CONFLICT (run_id) DO NOTHING), "
@@ -128,8 +130,7 @@ _SUCCEED_MANY_WITH_USAGE = _succeed_many(usage=True)
 def _fenced(lease: Lease) -> sa.ColumnElement[bool]:
     return sa.and_(
         RUNS.c.id == lease.run_id,
-        RUNS.c.attempt == lease.attempt,
-        RUNS.c.lease_owner == lease.owner,
+        held(RUN_LEASE, lease.owner, lease.attempt),
         RUNS.c.state.in_(LEASED_STATES),
     )
 
@@ -237,7 +238,9 @@ class Leases:
         now = self.clock.now()
         with self.db.engine.begin() as conn:
             result = conn.execute(
-                sa.update(RUNS).where(_fenced(lease)).values(lease_expires_at=now + self.lease)
+                sa.update(RUNS)
+                .where(_fenced(lease))
+                .values(**extended(RUN_LEASE, now + self.lease))
             )
             if rowcount(result) != 1:
                 raise lease_lost(lease)
@@ -331,8 +334,7 @@ class Leases:
                 state=RunState.SUCCEEDED,
                 finished_at=now,
                 artifact_sha256=s.artifact_sha256,
-                lease_owner=None,
-                lease_expires_at=None,
+                **released(RUN_LEASE),
                 error=None,
                 reason=s.reason,
             )
@@ -378,7 +380,7 @@ class Leases:
         """
         now = self.clock.now()
         retryable = outcome is RunState.FAILED and retry
-        values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None, "error": error}
+        values: dict[str, Any] = {**released(RUN_LEASE), "error": error}
         if retryable and lease.attempt < lease.quota.max_attempts:
             state = RunState.QUEUED
             values.update(not_before=now + self.backoff.delay(lease.attempt))
@@ -452,21 +454,21 @@ class Reaper:
         now = self.clock.now()
         count = 0
         with self.db.session() as session:
-            expired = session.execute(
+            lapsed = session.execute(
                 skip_locked(
                     self.db.dialect,
                     sa.select(RUNS.c.id, RUNS.c.attempt, RUNS.c.tenant_id)
-                    .where(RUNS.c.state.in_(LEASED_STATES), RUNS.c.lease_expires_at < now)
+                    .where(RUNS.c.state.in_(LEASED_STATES), expired(RUN_LEASE, now))
                     .limit(REAP_BATCH),
                 )
             ).all()
-            if not expired:
+            if not lapsed:
                 return 0
             attempts = dict(
                 session.execute(sa.select(Tenant.id, Tenant.max_attempts)).tuples().all()
             )
             conn = session.connection()
-            for run_id, attempt, tenant_id in expired:
+            for run_id, attempt, tenant_id in lapsed:
                 lost = {
                     "reason": RunReason.lease_expired.value,
                     "message": f"attempt {attempt} stopped heartbeating",
@@ -484,7 +486,7 @@ class Reaper:
                         RUNS.c.attempt == attempt,
                         RUNS.c.state.in_(LEASED_STATES),
                     )
-                    .values(lease_owner=None, lease_expires_at=None, error=lost, **values)
+                    .values(**released(RUN_LEASE), error=lost, **values)
                 )
                 conn.execute(
                     sa.update(ATTEMPTS)

@@ -55,8 +55,8 @@ from nbcast.executor.leases import Backoff, Lease, Leases, Reaper, Success
 from nbcast.executor.models import RunAttempt
 from nbcast.executor.quotas import Quota, hold_over_budget, live_runs
 from nbcast.executor.sql import RUNS
-from nbcast.leasing import skip_locked
-from nbcast.scheduler.models import LEASED_STATES, CancelRequest, Run, RunState
+from nbcast.leasing import skip_locked, taken
+from nbcast.scheduler.models import LEASED_STATES, RUN_LEASE, CancelRequest, Run, RunState
 from nbcast.tenancy.budgets import budget_state, usage_day
 from nbcast.tenancy.models import Tenant
 
@@ -413,19 +413,19 @@ class RunQueue:
         now: datetime,
     ) -> list[Lease]:
         chosen: list[int] = []
-        taken: dict[int, int] = {}
+        counted: dict[int, int] = {}
         serial_seen: set[tuple[int, str]] = set()
         for run_id, tenant_id, definition_id, audience, serial in self._candidates(
             session, rooms, now
         ):
-            if taken.get(tenant_id, 0) >= rooms[tenant_id]:
+            if counted.get(tenant_id, 0) >= rooms[tenant_id]:
                 continue
             if serial:
                 if (definition_id, audience) in serial_seen:
                     continue  # one at a time per definition and audience
                 serial_seen.add((definition_id, audience))
             chosen.append(run_id)
-            taken[tenant_id] = taken.get(tenant_id, 0) + 1
+            counted[tenant_id] = counted.get(tenant_id, 0) + 1
         if not chosen:
             return []
         # The lease starts now, under the tenant locks, not when the claim began.
@@ -435,11 +435,7 @@ class RunQueue:
             sa.update(RUNS)
             .where(RUNS.c.id.in_(chosen))
             .values(
-                state=RunState.LEASED,
-                attempt=RUNS.c.attempt + 1,
-                lease_owner=self.owner,
-                lease_expires_at=expires,
-                reason=None,
+                state=RunState.LEASED, reason=None, **taken(RUN_LEASE, self.owner, now, self.lease)
             )
         )
         rows = session.execute(

@@ -20,12 +20,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from nbcast.db import Base, JSONType, utcnow
+from nbcast.leasing import LeaseColumns
 
 __all__ = [
     "ACTIVE_STATES",
     "DELIBERATE_KINDS",
     "FINISHED_STATES",
     "LEASED_STATES",
+    "RUN_LEASE",
     "CancelReason",
     "CancelRequest",
     "Run",
@@ -248,6 +250,11 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     artifact_sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+
+
+RUN_LEASE = LeaseColumns(Run.lease_owner, Run.lease_expires_at, Run.attempt)
+"""A run's lease (:mod:`nbcast.leasing`): the worker that holds it, until when, and the
+attempt as its fencing token."""
 
 
 class CancelReason(StrEnum):

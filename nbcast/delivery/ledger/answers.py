@@ -39,13 +39,14 @@ from nbcast.db import Database, UTCDateTime
 from nbcast.delivery.channels._peer import peer_text
 from nbcast.delivery.channels.base import Channel
 from nbcast.delivery.models import (
+    DELIVERY_LEASE,
     AttemptOutcome,
     Delivery,
     DeliveryAttempt,
     DeliveryReason,
     DeliveryState,
 )
-from nbcast.leasing import rowcount
+from nbcast.leasing import held, held_text, released, rowcount
 from nbcast.retry import backoff
 
 __all__ = [
@@ -72,6 +73,8 @@ _GROUP_WINDOW = 0.005
 """Seconds the recorder waits for more answers to write in the same transaction."""
 
 _DELIVERIES = cast(sa.Table, Delivery.__table__)
+_HELD = held_text(DELIVERY_LEASE, "x", owner=":owner", token="f.attempt")
+_RELEASED = ", ".join(f"{column} = NULL" for column in released(DELIVERY_LEASE))
 _ATTEMPTS = cast(sa.Table, DeliveryAttempt.__table__)
 
 
@@ -122,11 +125,10 @@ def _record(audited: bool) -> sa.TextClause:
         "receipt = COALESCE(CAST(f.receipt AS jsonb), x.receipt), error = CAST(f.error AS jsonb), "
         "sent_at = COALESCE(f.sent_at, x.sent_at), "
         "content_sha256 = COALESCE(f.content, x.content_sha256), outcome_unknown = f.unknown, "
-        "possible_duplicate = x.possible_duplicate OR f.duplicate, lease_owner = NULL, "
-        "lease_expires_at = NULL, updated_at = :now "
+        f"possible_duplicate = x.possible_duplicate OR f.duplicate, {_RELEASED}, "
+        "updated_at = :now "
         "FROM f, (SELECT set_config('synchronous_commit', 'off', true)) AS async "
-        "WHERE x.id = f.id AND x.attempt = f.attempt AND x.lease_owner = :owner "
-        f"AND x.state = :sending RETURNING {returning}), "
+        f"WHERE x.id = f.id AND {_HELD} AND x.state = :sending RETURNING {returning}), "
         "a AS (UPDATE delivery_attempts y SET ended_at = :now, outcome = f.outcome, "
         "detail = CAST(f.detail AS jsonb) FROM f JOIN d ON d.id = f.id "
         "WHERE y.delivery_id = f.id AND y.attempt = f.attempt)" + final
@@ -249,11 +251,10 @@ def write_answers(
                 sa.update(_DELIVERIES)
                 .where(
                     Delivery.id == row.id,
-                    Delivery.attempt == row.attempt,
-                    Delivery.lease_owner == owner,
+                    held(DELIVERY_LEASE, owner, row.attempt),
                     Delivery.state == DeliveryState.SENDING.value,
                 )
-                .values(lease_owner=None, lease_expires_at=None, updated_at=now, **answer.values)
+                .values(**released(DELIVERY_LEASE), updated_at=now, **answer.values)
             )
             if not rowcount(result):
                 continue  # the lease was lost: another worker has the row now

@@ -33,6 +33,8 @@ from sqlalchemy.orm import Session
 from nbcast.db import Database
 from nbcast.delivery.channels.base import DEFAULT_MAX_ATTEMPTS
 from nbcast.delivery.models import (
+    DELIVERY_LEASE,
+    RENDITION_LEASE,
     AttemptOutcome,
     Delivery,
     DeliveryAttempt,
@@ -41,7 +43,7 @@ from nbcast.delivery.models import (
     Rendition,
     RenditionState,
 )
-from nbcast.leasing import rowcount, skip_locked
+from nbcast.leasing import expired, extended, held, released, rowcount, skip_locked, taken
 from nbcast.scheduler.models import Run
 
 __all__ = [
@@ -124,10 +126,8 @@ def claim_due(
             .where(Delivery.id.in_(ids))
             .values(
                 state=DeliveryState.SENDING.value,
-                attempt=Delivery.attempt + 1,
-                lease_owner=owner,
-                lease_expires_at=now + lease,
                 updated_at=now,
+                **taken(DELIVERY_LEASE, owner, now, lease),
             )
         )
         rows = session.execute(
@@ -173,8 +173,7 @@ def fence(row: ClaimedDelivery, owner: str) -> Any:
     attempt, same lease owner, still SENDING."""
     return sa.and_(
         Delivery.id == row.id,
-        Delivery.attempt == row.attempt,
-        Delivery.lease_owner == owner,
+        held(DELIVERY_LEASE, owner, row.attempt),
         Delivery.state == DeliveryState.SENDING.value,
     )
 
@@ -186,10 +185,10 @@ def renew_leases(db: Database, *, owner: str, ids: list[int], until: datetime) -
             sa.update(_DELIVERIES)
             .where(
                 Delivery.id.in_(ids),
-                Delivery.lease_owner == owner,
+                held(DELIVERY_LEASE, owner),
                 Delivery.state == DeliveryState.SENDING.value,
             )
-            .values(lease_expires_at=until)
+            .values(**extended(DELIVERY_LEASE, until))
         )
 
 
@@ -231,8 +230,7 @@ def release_unsent(db: Database, row: ClaimedDelivery, *, owner: str, now: datet
                 state=DeliveryState.PENDING.value,
                 reason=DeliveryReason.late_renditions.value,
                 retry_base=Delivery.retry_base + 1,
-                lease_owner=None,
-                lease_expires_at=None,
+                **released(DELIVERY_LEASE),
                 not_before=now,
                 updated_at=now,
             )
@@ -264,11 +262,11 @@ def reap_expired(db: Database, *, now: datetime, max_attempts: Callable[[str], o
     with db.session() as session:
         query = (
             sa.select(Delivery.id, Delivery.attempt, Delivery.retry_base, Delivery.channel)
-            .where(Delivery.state == DeliveryState.SENDING.value, Delivery.lease_expires_at < now)
+            .where(Delivery.state == DeliveryState.SENDING.value, expired(DELIVERY_LEASE, now))
             .limit(REAP_BATCH)
         )
-        expired = session.execute(skip_locked(db.dialect, query)).all()
-        for delivery_id, attempt, retry_base, channel in expired:
+        lapsed = session.execute(skip_locked(db.dialect, query)).all()
+        for delivery_id, attempt, retry_base, channel in lapsed:
             limit = max_attempts(channel)
             if isinstance(limit, bool) or not isinstance(limit, int):
                 limit = REAPER_ATTEMPT_LIMIT  # a broken setting must not stop the reaper
@@ -286,8 +284,7 @@ def reap_expired(db: Database, *, now: datetime, max_attempts: Callable[[str], o
                         DeliveryReason.outcome_unknown if spent else DeliveryReason.lease_expired
                     ).value,
                     outcome_unknown=True,
-                    lease_owner=None,
-                    lease_expires_at=None,
+                    **released(DELIVERY_LEASE),
                     not_before=now,
                     updated_at=now,
                 )
@@ -305,7 +302,7 @@ def reap_expired(db: Database, *, now: datetime, max_attempts: Callable[[str], o
                     detail={"reason": DeliveryReason.lease_expired.value},
                 )
             )
-    return len(expired)
+    return len(lapsed)
 
 
 def retry_failed(
@@ -339,8 +336,7 @@ def retry_failed(
             .values(
                 state=RenditionState.PENDING.value,
                 attempt=0,
-                lease_owner=None,
-                lease_expires_at=None,
+                **released(RENDITION_LEASE),
             )
         )
     return count
