@@ -78,7 +78,9 @@ def definitions_list(app: AppContext, limit: int | None, after: str | None, as_j
     from nbcast.views.definitions import list_definitions
 
     with app.db.session() as session:
-        page = list_definitions(session, app.caller, limit=limit or 1000, after=after)
+        page = list_definitions(
+            session, app.caller, limit=limit or 1000, after=after, now=app.clock.now()
+        )
     if as_json:
         emit_json([d.to_json() for d in page.items])  # a list, as it always was
         if page.next_after:
@@ -93,7 +95,7 @@ def definitions_list(app: AppContext, limit: int | None, after: str | None, as_j
                 d.latest_version,
                 d.schedule,
                 when(d.next_fire_at),
-                d.last_run_state or "",
+                d.last_run.state if d.last_run else "",
                 _status(d),
             )
             for d in page.items

@@ -93,8 +93,8 @@ def sla_list(
                     format_instant(m.deadline),
                     m.state,
                     m.reason or "",
-                    m.alert_state,
-                    m.alert_to or "",
+                    m.alert.state,
+                    m.alert.to or "",
                 )
                 for m in items
             ],

@@ -39,6 +39,7 @@ from typing import Any
 from nbcast.definitions.bindings import is_binding, parse_binding
 from nbcast.errors import MetadataError, ParametersCellError, ParameterValueError
 from nbcast.limits import MAX_PARAMETERS, MAX_PARAMETERS_CELL_CHARS, clip, json_problem
+from nbcast.records import internal
 
 __all__ = [
     "Parameter",
@@ -76,9 +77,17 @@ class Parameter:
 
     name: str
     type: str
+    """Its JSON type (``integer``, ``number``, ``string``, ``boolean``, ``array``,
+    ``object``), from the literal default's."""
     default: Any
+    """The default as written in the cell (a JSON value)."""
     help: str = ""
-    line: int = 0
+    """The comment at the end of its line."""
+    line: int = internal(default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (without its line)."""
+        return {"name": self.name, "type": self.type, "default": self.default, "help": self.help}
 
 
 def _is_json_literal(value: Any) -> bool:

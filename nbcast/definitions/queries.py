@@ -30,6 +30,7 @@ from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.definitions.spec import ReportSpec, parse_spec
 from nbcast.errors import UnknownDefinitionError
 from nbcast.limits import clip
+from nbcast.records import internal, named
 from nbcast.tenancy.models import User
 from nbcast.tenancy.roles import readable_tenant
 
@@ -52,9 +53,11 @@ class VersionInfo:
     author: str
     message: str
     created_at: datetime
-    schema: tuple[Parameter, ...]
-    block: dict[str, Any]
-    notebook_json: str
+    schema: tuple[Parameter, ...] = named("parameters")
+    """Its parameters, as the ``parameters`` cell declares them."""
+    block: dict[str, Any] = named("nbcast")
+    """The version's ``nbcast`` metadata block."""
+    notebook_json: str = internal()
 
     @property
     def notebook(self) -> dict[str, Any]:
@@ -75,10 +78,7 @@ class VersionInfo:
             "author": self.author,
             "message": self.message,
             "created_at": format_instant(self.created_at),
-            "parameters": [
-                {"name": p.name, "type": p.type, "default": p.default, "help": p.help}
-                for p in self.schema
-            ],
+            "parameters": [p.to_json() for p in self.schema],
             "nbcast": self.block,
         }
         if with_notebook:

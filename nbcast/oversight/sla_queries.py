@@ -32,32 +32,53 @@ from nbcast.oversight.models import SlaMiss
 from nbcast.scheduler.models import Run, RunKind
 from nbcast.tenancy.roles import readable_tenant
 
-__all__ = ["SlaMissRecord", "list_misses", "miss_counts"]
+__all__ = ["SlaAlertRecord", "SlaMissRecord", "list_misses", "miss_counts"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlaAlertRecord:
+    """The alert about a miss, sent to the definition's owner."""
+
+    state: str
+    """One of :class:`~nbcast.oversight.sla.AlertState`."""
+    channel: str | None
+    to: str | None
+    """As the caller may see it: a URL is masked but for the tenant's admins."""
+    attempts: int
+    alerted_at: datetime | None
+    error: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "state": self.state,
+            "channel": self.channel,
+            "to": self.to,
+            "attempts": self.attempts,
+            "alerted_at": None if self.alerted_at is None else format_instant(self.alerted_at),
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
 class SlaMissRecord:
-    """One slot not delivered within its definition's SLA, and its alert."""
+    """A slot not delivered within its definition's ``sla.delivered_within``, and the
+    alert sent to the definition's owner."""
 
     id: int
     definition: str
     slot_key: str
+    """The slot's key (its local wall time)."""
     fire_at: datetime
     deadline: datetime
     detected_at: datetime
     state: str
-    """The slot's run state when the miss was found."""
+    """The slot's run state when the miss was found (SKIPPED, MISSED, FAILED, RUNNING,
+    SUCCEEDED without a timely delivery, …)."""
     reason: str | None
     run_id: int | None
     """The slot's first run (the base audience's, if it has one)."""
-    alert_state: str
-    """A :class:`~nbcast.oversight.sla.AlertState`."""
-    alert_channel: str | None
-    alert_to: str | None
-    """As the caller may see it: a URL is masked but for the tenant's admins."""
-    alert_attempts: int
-    alerted_at: datetime | None
-    alert_error: dict[str, Any] | None
+    alert: SlaAlertRecord
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``nbcast sla list --json``, the API's ``SlaMiss``)."""
@@ -71,14 +92,7 @@ class SlaMissRecord:
             "state": self.state,
             "reason": self.reason,
             "run": self.run_id,
-            "alert": {
-                "state": self.alert_state,
-                "channel": self.alert_channel,
-                "to": self.alert_to,
-                "attempts": self.alert_attempts,
-                "alerted_at": None if self.alerted_at is None else format_instant(self.alerted_at),
-                "error": self.alert_error,
-            },
+            "alert": self.alert.to_json(),
         }
 
 
@@ -181,10 +195,12 @@ def _record(miss: SlaMiss, name: str, run_id: int | None, shown: Disclosure) -> 
         state=miss.state,
         reason=miss.reason,
         run_id=None if run_id is None else int(run_id),
-        alert_state=miss.alert_state,
-        alert_channel=miss.alert_channel,
-        alert_to=to,
-        alert_attempts=miss.alert_attempts,
-        alerted_at=miss.alerted_at,
-        alert_error=shown.value(miss.alert_error) if masked else miss.alert_error,
+        alert=SlaAlertRecord(
+            state=miss.alert_state,
+            channel=miss.alert_channel,
+            to=to,
+            attempts=miss.alert_attempts,
+            alerted_at=miss.alerted_at,
+            error=shown.value(miss.alert_error) if masked else miss.alert_error,
+        ),
     )

@@ -258,7 +258,7 @@ class DatabaseCollector(Collector):
             labels=["kind"],
         )
         for kind in SERVICE_KINDS:
-            alive.add_metric([kind], float(report.alive(kind)))
+            alive.add_metric([kind], float(report.alive_count(kind)))
             ages = [s.lag_s for s in report.services if s.kind == kind]
             if ages:
                 lag.add_metric([kind], min(ages))

@@ -8,11 +8,15 @@ typescript`) — follow the record. What an annotation cannot say (the values of
 a lower bound) is given as ``overrides``, by field.
 
 Annotations map as: ``int`` → integer, ``float`` → number, ``str`` → string, ``bool``
-→ boolean, ``datetime`` → an ISO 8601 instant, ``dict``/``Mapping`` → object, ``list[T]``
+→ boolean, ``datetime`` → an ISO 8601 instant, ``dict``/``Mapping`` → object (``dict[str,
+T]``: whose values are T), ``list[T]``
 → array of T (``tuple[T, ...]`` too), an ``Enum`` → its values, a record given in
 ``refs`` → its component, ``X | None`` → nullable X.
-Every field is ``required`` (``to_json`` always emits each key, null or not), and a
-field's docstring (the string under it in the class body) is its ``description``.
+Every field is ``required`` (``to_json`` always emits each key, null or not) but for
+those declared :func:`~nbcast.records.internal`, which are not part of the JSON; a
+:func:`~nbcast.records.flattened` field contributes its record's keys (or ``only``
+those); a :func:`~nbcast.records.named` field its key. A field's docstring (the string
+under it in the class body) is its ``description``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from nbcast.records import is_internal, json_key
 from nbcast.server_extension.openapi import INSTANT, schema
 
 __all__ = ["record_definition", "record_schema"]
@@ -66,6 +71,15 @@ def record_definition(
     properties: dict[str, Any] = {}
     required = []
     for field in dataclasses.fields(record):
+        if is_internal(field):
+            continue  # carried for callers, never shown (nbcast.records)
+        if field.metadata.get("flatten"):
+            inner = record_definition(hints[field.name], overrides=overrides, refs=refs)
+            only = field.metadata.get("only") or inner["required"]
+            for key in only:
+                properties[key] = inner["properties"][key]
+                required.append(key)
+            continue
         given = (overrides or {}).get(field.name)
         nullable, kind = _unwrap(hints[field.name])
         if given is not None:
@@ -75,13 +89,13 @@ def record_definition(
         prop = _nullable(base) if nullable else base
         if field.name in documented and "$ref" not in prop and "description" not in prop:
             prop = {**prop, "description": documented[field.name]}
-        key = (json_names or {}).get(field.name, field.name)
+        key = (json_names or {}).get(field.name, json_key(field))
         properties[key] = prop
         required.append(key)
     text = description or (record.__doc__ or "").strip().split("\n\n")[0]
     definition: dict[str, Any] = {"type": "object"}
     if text:
-        definition["description"] = " ".join(text.split())
+        definition["description"] = _markdown(" ".join(text.split()))
     definition.update(required=required, properties=properties)
     return definition
 
@@ -140,7 +154,15 @@ def _schema_of(kind: Any, refs: Mapping[type, dict[str, Any]], field: str, recor
         return {"type": "string"}
     if kind is datetime:
         return dict(INSTANT)
-    if origin in (dict, Mapping) or origin is typing.Any:
+    if origin in (dict, Mapping):
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is not typing.Any:
+            return {
+                "type": "object",
+                "additionalProperties": _schema_of(args[1], refs, field, record),
+            }
+        return {"type": "object"}
+    if origin is typing.Any:
         return {"type": "object"}
     if origin in (list, tuple):
         (item,) = typing.get_args(kind)[:1] or (Any,)

@@ -177,9 +177,11 @@ class TenantRecord:
     created_at: datetime
     quotas: dict[str, Any]
     ceilings: dict[str, Any]
-    """The most its admins may set each quota to (:mod:`nbcast.tenancy.ceilings`)."""
+    """The most its admins may set each quota to, set by operators; a budget's None:
+    they may remove it (:mod:`nbcast.tenancy.ceilings`)."""
     network: str = "host"
-    """What its kernels reach: ``host`` or ``none`` (:func:`set_network`)."""
+    """What its sandboxed kernels reach over the network: ``host`` or ``none``
+    (:func:`set_network`)."""
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantRecord:

@@ -10,7 +10,7 @@ found), keyset-paginated, writing nothing; URL recipients are masked but for adm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,20 +23,24 @@ from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.queries import VersionInfo, get_version
 from nbcast.definitions.recipients import Disclosure, disclosure
 from nbcast.errors import NbcastError, UnknownDefinitionError
+from nbcast.executor.records import instant_json
 from nbcast.limits import clip
+from nbcast.records import flattened, internal
 from nbcast.scheduler.models import Run, ScheduleState
-from nbcast.scheduler.upcoming import upcoming
+from nbcast.scheduler.upcoming import UpcomingFire, upcoming
 from nbcast.tenancy.models import Tenant
 from nbcast.tenancy.roles import readable_tenant
 
 __all__ = [
+    "DETAIL_STATE",
     "NEXT_FIRES",
     "DefinitionDetail",
     "DefinitionRecord",
+    "LastRun",
     "get_definition",
     "get_definition_detail",
     "list_definitions",
-    "next_fires_json",
+    "next_fires",
 ]
 
 NEXT_FIRES = 3
@@ -44,54 +48,69 @@ NEXT_FIRES = 3
 
 
 @dataclass(frozen=True, kw_only=True)
-class DefinitionRecord:
-    """A definition, its latest version's schedule, and the scheduler's view of it."""
+class LastRun:
+    """A definition's newest run."""
 
-    id: int
+    state: str
+    reason: str | None
+    fire_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"state": self.state, "reason": self.reason, "fire_at": instant_json(self.fire_at)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefinitionRecord:
+    """A definition as listed: its latest version's schedule and the scheduler's view
+    of it."""
+
+    id: int = internal()
     name: str
-    source_path: str
     latest_version: int
+    schedule: str
+    """'<cron or every …> (<zone>)' or 'manual'."""
+    cron: str | None
+    every: str | None
+    timezone: str
+    source_path: str
+    """The file the definition is bound to, relative to the server's root folder
+    ('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook
+    published as JSON; never an absolute path of the server."""
     created_at: datetime
     updated_at: datetime
-    schedule: str
-    """A summary: the cron or ``every …`` and the zone, or ``manual``."""
-    timezone: str
-    block: dict[str, Any]
-    """The latest version's ``nbcast`` block (URL recipients masked but for admins)."""
-    paused: bool = False
-    next_fire_at: datetime | None = None
-    schedule_error: str | None = None
+    paused: bool
+    next_fire_at: datetime | None
+    schedule_error: str | None
     """Why the scheduler could not materialize it lately (it is retried with backoff)."""
-    failures: int = 0
-    last_run_state: str | None = None
-    last_run_reason: str | None = None
-    last_run_fire_at: datetime | None = None
+    failures: int
+    last_run: LastRun | None
+    next_fires: list[UpcomingFire]
+    """Its next slots (none: it runs on request, or its schedule no longer compiles)."""
+    block: dict[str, Any] = internal()
+    """The latest version's ``nbcast`` block (URL recipients masked but for admins)."""
+    next_fires_error: str | None = internal(default=None)
+    """Why its schedule gives no next fires (it no longer compiles), for the pages; the
+    scheduler records the same failure as ``schedule_error`` when it next looks."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (instants in ISO 8601 UTC with ``Z``)."""
-
-        def at(value: datetime | None) -> str | None:
-            return format_instant(value) if value is not None else None
-
         return {
             "name": self.name,
             "latest_version": self.latest_version,
             "schedule": self.schedule,
+            "cron": self.cron,
+            "every": self.every,
             "timezone": self.timezone,
             "source_path": self.source_path,
             "created_at": format_instant(self.created_at),
             "updated_at": format_instant(self.updated_at),
             "paused": self.paused,
-            "next_fire_at": at(self.next_fire_at),
+            "next_fire_at": instant_json(self.next_fire_at),
             "schedule_error": self.schedule_error,
             "failures": self.failures,
-            "last_run": None
-            if self.last_run_state is None
-            else {
-                "state": self.last_run_state,
-                "reason": self.last_run_reason,
-                "fire_at": at(self.last_run_fire_at),
-            },
+            "last_run": None if self.last_run is None else self.last_run.to_json(),
+            "next_fires": [f.to_json() for f in self.next_fires],
         }
 
 
@@ -102,8 +121,15 @@ def _schedule_summary(block: dict[str, Any]) -> tuple[str, str]:
     return (f"{what} ({zone})" if what else "manual"), zone
 
 
+def _cron_and_every(block: dict[str, Any]) -> tuple[str | None, str | None]:
+    found = block.get("schedule")
+    schedule: dict[str, Any] = found if isinstance(found, dict) else {}
+    cron, every = schedule.get("cron"), schedule.get("every")
+    return (cron if isinstance(cron, str) else None), (str(every) if every is not None else None)
+
+
 def _records(
-    session: Session, tenant: Tenant, query: Any, shown: Disclosure
+    session: Session, tenant: Tenant, query: Any, shown: Disclosure, now: datetime
 ) -> list[DefinitionRecord]:
 
     rows = session.execute(
@@ -133,6 +159,8 @@ def _records(
     records = []
     for d, v, state in rows:
         summary, zone = _schedule_summary(v.spec)
+        cron, every = _cron_and_every(v.spec)
+        fires, fires_error = next_fires(v.spec, now)
         run = last.get(d.id)
         records.append(
             DefinitionRecord(
@@ -143,45 +171,59 @@ def _records(
                 created_at=d.created_at,
                 updated_at=v.created_at,
                 schedule=summary,
+                cron=cron,
+                every=every,
                 timezone=zone,
                 block=shown.block(v.spec),
                 paused=bool(state and state.paused),
                 next_fire_at=state.next_fire_at if state else None,
                 schedule_error=state.error if state else None,
                 failures=state.failures if state else 0,
-                last_run_state=run.state if run else None,
-                last_run_reason=run.reason if run else None,
-                last_run_fire_at=run.fire_at if run else None,
+                last_run=None
+                if run is None
+                else LastRun(state=run.state, reason=run.reason, fire_at=run.fire_at),
+                next_fires=fires,
+                next_fires_error=fires_error,
             )
         )
     return records
 
 
 def list_definitions(
-    session: Session, caller: Caller, *, limit: int | None = None, after: str | None = None
+    session: Session,
+    caller: Caller,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+    now: datetime | None = None,
 ) -> Page[DefinitionRecord]:
-    """The caller's definitions by name, a page at a time."""
+    """The caller's definitions by name, a page at a time, each with its next fires
+    after ``now`` (default: the current time)."""
     tenant = readable_tenant(session, caller)
     size = page_limit(limit)
     query = sa.select(ReportDefinition).order_by(ReportDefinition.name).limit(size + 1)
     if after is not None:
         (last_name,) = decode_cursor(after, [str])
         query = query.where(ReportDefinition.name > last_name)
-    records = _records(session, tenant, query, disclosure(session, caller))
+    records = _records(session, tenant, query, disclosure(session, caller), _now(now))
     more = len(records) > size
     records = records[:size]
     cursor = encode_cursor(records[-1].name) if more and records else None
     return Page(records, cursor)
 
 
-def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRecord:
-    """The caller's definition called ``name``."""
+def get_definition(
+    session: Session, caller: Caller, name: str, *, now: datetime | None = None
+) -> DefinitionRecord:
+    """The caller's definition called ``name``, with its next fires after ``now``
+    (default: the current time)."""
     tenant = readable_tenant(session, caller)
     records = _records(
         session,
         tenant,
         sa.select(ReportDefinition).where(ReportDefinition.name == name),
         disclosure(session, caller),
+        _now(now),
     )
     if not records:
         raise UnknownDefinitionError(
@@ -190,46 +232,53 @@ def get_definition(session: Session, caller: Caller, name: str) -> DefinitionRec
     return records[0]
 
 
-def next_fires_json(
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else datetime.now(UTC)
+
+
+def next_fires(
     block: dict[str, Any], now: datetime, count: int = NEXT_FIRES
-) -> list[dict[str, Any]]:
-    """The next ``count`` slots of a version's schedule as JSON (none: manual, or a
-    schedule that no longer compiles — the scheduler records that one's error)."""
+) -> tuple[list[UpcomingFire], str | None]:
+    """The next ``count`` slots of a version's schedule — none for a report that runs on
+    request — and, when the schedule no longer compiles, why (the scheduler records the
+    same failure on the definition)."""
     schedule = block.get("schedule")
     if not isinstance(schedule, dict):
-        return []
+        return [], None
     try:
         spec = compile_schedule_block(schedule)
-        return [] if spec is None else [f.to_json() for f in upcoming(spec, now, count)]
-    except NbcastError:
-        return []
+        return ([] if spec is None else upcoming(spec, now, count)), None
+    except NbcastError as exc:
+        return [], str(exc)
+
+
+DETAIL_STATE = (
+    "paused",
+    "next_fire_at",
+    "schedule_error",
+    "failures",
+    "last_run",
+    "latest_version",
+    "schedule",
+    "timezone",
+    "next_fires",
+)
+"""The keys of a definition's state that its detail shows beside the version's."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class DefinitionDetail:
-    """One version of a definition with the definition's state: what ``nbcast
-    definitions show --json`` prints and ``GET /definitions/{name}`` answers (schema
-    ``DefinitionDetail``) — one record, so the two cannot differ."""
+    """One version (the latest unless asked) with the definition's schedule, state and
+    next fire times: what ``nbcast definitions show --json`` prints and ``GET
+    /definitions/{name}`` answers — one record, so the two cannot differ."""
 
-    version: VersionInfo
-    record: DefinitionRecord
-    next_fires: list[dict[str, Any]]
+    version: VersionInfo = flattened()
+    record: DefinitionRecord = flattened(only=DETAIL_STATE)
 
     def to_json(self) -> dict[str, Any]:
-        """The version's JSON, then the definition's state."""
-        status = self.record.to_json()
-        return {
-            **self.version.to_json(),
-            "paused": self.record.paused,
-            "next_fire_at": status["next_fire_at"],
-            "schedule_error": self.record.schedule_error,
-            "failures": self.record.failures,
-            "last_run": status["last_run"],
-            "latest_version": self.record.latest_version,
-            "schedule": self.record.schedule,
-            "timezone": self.record.timezone,
-            "next_fires": self.next_fires,
-        }
+        """The version's JSON, then the definition's state (:data:`DETAIL_STATE`)."""
+        state = self.record.to_json()
+        return {**self.version.to_json(), **{key: state[key] for key in DETAIL_STATE}}
 
 
 def get_definition_detail(
@@ -238,7 +287,4 @@ def get_definition_detail(
     """Version ``version`` (default: the latest) of the caller's definition ``name``,
     with the definition's state and its next fires as of ``now``."""
     info = get_version(session, caller, name, version)
-    record = get_definition(session, caller, name)
-    return DefinitionDetail(
-        version=info, record=record, next_fires=next_fires_json(record.block, now)
-    )
+    return DefinitionDetail(version=info, record=get_definition(session, caller, name, now=now))

@@ -85,39 +85,41 @@ class ServiceRecord:
         }
 
 
+REQUIRED_KINDS = ("scheduler", "worker", "delivery-worker", "oversight")
+"""The services a healthy installation has alive, one of each at least."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Health:
-    """The services and the scheduler's lag (module docstring)."""
+    """The services from their heartbeat rows, with their lag, and the scheduler's lag.
 
-    services: list[ServiceRecord]
+    Its fields are its JSON (the API's ``Health`` component is derived from them)."""
+
+    ok: bool
+    """A scheduler, a worker, a delivery worker and an oversight service are alive and
+    the scheduler keeps up (lag under a minute)."""
+    checked_at: datetime
+    alive: dict[str, int]
+    """How many services of each required kind are alive."""
     scheduler_lag_s: float
     """Seconds the oldest due, unmaterialized slot has waited (0: none waits)."""
-    checked_at: datetime
+    unsandboxed_workers: list[str]
+    """Live workers running reports without a sandbox (``--sandbox off``, or a machine
+    that cannot sandbox): the status page warns for as long as they run."""
+    services: list[ServiceRecord]
 
-    def alive(self, kind: str) -> int:
-        """How many services of ``kind`` are alive."""
+    def alive_count(self, kind: str) -> int:
+        """How many services of ``kind`` are alive (any kind, required or not)."""
         return sum(1 for s in self.services if s.kind == kind and s.alive)
 
-    @property
-    def unsandboxed_workers(self) -> list[str]:
-        """Live workers running reports without a sandbox (``--sandbox off``, or a
-        machine that cannot sandbox): the status page warns for as long as they run."""
-        return sorted(
-            s.name
-            for s in self.services
-            if s.kind == "worker" and s.alive and s.detail.get("sandbox") == "off"
-        )
-
     def to_json(self) -> dict[str, Any]:
-        """The JSON form: ``ok`` when a scheduler, a worker, a delivery worker and an
-        oversight service are alive and the scheduler keeps up (lag under a minute)."""
-        kinds = ("scheduler", "worker", "delivery-worker", "oversight")
+        """The JSON form."""
         return {
-            "ok": all(self.alive(k) for k in kinds) and self.scheduler_lag_s < 60,
+            "ok": self.ok,
             "checked_at": format_instant(self.checked_at),
-            "alive": {k: self.alive(k) for k in kinds},
+            "alive": dict(self.alive),
             "scheduler_lag_s": round(self.scheduler_lag_s, 3),
-            "unsandboxed_workers": self.unsandboxed_workers,
+            "unsandboxed_workers": list(self.unsandboxed_workers),
             "services": [s.to_json() for s in self.services],
         }
 
@@ -157,4 +159,17 @@ def health(session: Session, now: datetime) -> Health:
         )
     )
     lag = (now - oldest_due).total_seconds() if oldest_due is not None else 0.0
-    return Health(services=services, scheduler_lag_s=max(lag, 0.0), checked_at=now)
+    lag = max(lag, 0.0)
+    alive = {k: sum(1 for s in services if s.kind == k and s.alive) for k in REQUIRED_KINDS}
+    return Health(
+        ok=all(alive.values()) and lag < 60,
+        checked_at=now,
+        alive=alive,
+        scheduler_lag_s=lag,
+        unsandboxed_workers=sorted(
+            s.name
+            for s in services
+            if s.kind == "worker" and s.alive and s.detail.get("sandbox") == "off"
+        ),
+        services=services,
+    )

@@ -1,7 +1,9 @@
 """One run in full (``nbcast runs show``, the run page, ``GET /runs/{id}``): its
 context, its attempts and why each ended (the failing cell and line,
 :mod:`nbcast.executor.failures`), its executed notebook, and what the delivery plane
-made of it — a read model over the scheduling, execution and delivery planes.
+made of it (renditions, deliveries, the newest openings of its signed links) — a read
+model over the scheduling, execution and delivery planes. The record's fields are its
+JSON: the API's ``RunDetail`` component is derived from them.
 
 Scoped to the caller's tenant (another tenant's run is "not found"); writes nothing.
 """
@@ -19,6 +21,7 @@ from nbcast.access import Caller
 from nbcast.artifacts import ArtifactStore
 from nbcast.clock import format_instant
 from nbcast.definitions.models import ReportDefinition
+from nbcast.delivery.link_opens import OpenRecord, opens_of_run
 from nbcast.delivery.queries import (
     DeliveryRecord,
     RenditionRecord,
@@ -33,7 +36,10 @@ from nbcast.scheduler.models import CancelRequest, Run, RunState
 from nbcast.scheduler.runs import MAX_RUN_ID, run_not_found
 from nbcast.tenancy.roles import readable_tenant
 
-__all__ = ["NOTEBOOKS_READ", "RunDetail", "get_run"]
+__all__ = ["LINK_OPENS_SHOWN", "NOTEBOOKS_READ", "RunDetail", "get_run"]
+
+LINK_OPENS_SHOWN = 100
+"""The newest openings of a run's signed links that its detail lists."""
 
 NOTEBOOKS_READ = 5
 """Executed notebooks :func:`get_run` reads to find failing lines: the latest failed
@@ -76,6 +82,11 @@ class RunDetail:
     """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
     deliveries: list[DeliveryRecord]
     """The delivery ledger's rows of the run, one per recipient and channel."""
+    link_opens: list[OpenRecord]
+    """The openings of the run's signed links, newest first (at most
+    :data:`LINK_OPENS_SHOWN`)."""
+    link_opens_more: bool
+    """Whether older openings exist than those listed."""
 
     @property
     def next_try_at(self) -> datetime | None:
@@ -109,6 +120,8 @@ class RunDetail:
             "attempts": [a.to_json() for a in self.attempts],
             "renditions": [r.to_json() for r in self.renditions],
             "deliveries": [d.to_json() for d in self.deliveries],
+            "link_opens": [o.to_json() for o in self.link_opens],
+            "link_opens_more": self.link_opens_more,
         }
 
 
@@ -176,6 +189,7 @@ def get_run(
     if run.error:
         same = latest is not None and latest.error == run.error
         error = describe_error(run.error, notebook(sha256) if same else None)
+    opens = opens_of_run(session, caller, run.id, limit=LINK_OPENS_SHOWN + 1)
     cancel = session.execute(
         sa.select(CancelRequest.requested_at, CancelRequest.requested_by)
         .where(CancelRequest.run_id == run.id, CancelRequest.tenant_id == tenant.id)
@@ -207,4 +221,6 @@ def get_run(
         attempts=attempts,
         renditions=renditions_of_run(session, caller, run.id),
         deliveries=deliveries_of_run(session, caller, run.id),
+        link_opens=opens[:LINK_OPENS_SHOWN],
+        link_opens_more=len(opens) > LINK_OPENS_SHOWN,
     )

@@ -76,8 +76,9 @@ def test_records_carry_the_schedulers_view_and_the_last_run(db: Database, tmp_pa
     assert record.timezone == "Europe/Berlin"
     assert record.next_fire_at == T0 + timedelta(hours=3)
     # One pass at 02:01: 01:00 was missed (superseded), 02:00 is queued and the newest.
-    assert record.last_run_state == "QUEUED"
-    assert record.last_run_fire_at == T0 + timedelta(hours=2)
+    assert record.last_run is not None
+    assert record.last_run.state == "QUEUED"
+    assert record.last_run.fire_at == T0 + timedelta(hours=2)
     data = record.to_json()
     assert data["next_fire_at"] == "2026-03-07T03:00:00Z"
     assert data["last_run"] == {

@@ -45,11 +45,11 @@ def test_an_sla_alerts_webhook_url_is_whole_for_admins_only(db: Database, tmp_pa
                 break
 
     seen = _miss(world, "vic")
-    assert (seen.alert_state, seen.alert_channel, seen.alert_to) == ("FAILED", "webhook", MASKED)
+    assert (seen.alert.state, seen.alert.channel, seen.alert.to) == ("FAILED", "webhook", MASKED)
     assert SECRET not in str(seen.to_json())
-    assert seen.alert_error is not None
-    assert MASKED in str(seen.alert_error)
+    assert seen.alert.error is not None
+    assert MASKED in str(seen.alert.error)
 
     whole = _miss(world, ALICE.user)
-    assert whole.alert_to == HOOK
-    assert HOOK in str(whole.alert_error)
+    assert whole.alert.to == HOOK
+    assert HOOK in str(whole.alert.error)

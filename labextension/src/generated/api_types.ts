@@ -59,24 +59,22 @@ export interface CancelResult {
 export interface Definition {
   name: string;
   latest_version: number;
-  /** '<cron or every …> (<zone>)' or 'manual' */
+  /** '<cron or every …> (<zone>)' or 'manual'. */
   schedule: string;
   cron: string | null;
   every: string | null;
   timezone: string;
-  /** The file the definition is bound to, relative to the server's root folder ('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook published as JSON; never an absolute path of the server */
-  source_path?: string;
-  created_at?: string;
-  updated_at?: string;
+  /** The file the definition is bound to, relative to the server's root folder ('outside-root:<file name>' for one outside it), or 'api:<name>' for a notebook published as JSON; never an absolute path of the server. */
+  source_path: string;
+  created_at: string;
+  updated_at: string;
   paused: boolean;
   next_fire_at: string | null;
-  schedule_error?: string | null;
-  failures?: number;
-  last_run: {
-    state: string;
-    reason: string | null;
-    fire_at: string | null;
-  } | null;
+  /** Why the scheduler could not materialize it lately (it is retried with backoff). */
+  schedule_error: string | null;
+  failures: number;
+  last_run: LastRun | null;
+  /** Its next slots (none: it runs on request, or its schedule no longer compiles). */
   next_fires: UpcomingFire[];
 }
 
@@ -96,7 +94,7 @@ export interface DefinitionBackfillRequest {
   until: string;
 }
 
-/** One version (the latest unless asked) as `nbcast definitions show --json` shows it, with the definition's schedule and next fire times. */
+/** One version (the latest unless asked) with the definition's schedule, state and next fire times: what `nbcast definitions show --json` prints and `GET /definitions/{name}` answers — one record, so the two cannot differ. */
 export interface DefinitionDetail {
   definition: string;
   version: number;
@@ -104,27 +102,22 @@ export interface DefinitionDetail {
   author: string;
   message: string;
   created_at: string;
-  parameters: {
-    name: string;
-    type: string;
-    default: unknown;
-    help: string;
-  }[];
-  /** The version's nbcast metadata block */
+  /** Its parameters, as the `parameters` cell declares them. */
+  parameters: Parameter[];
+  /** The version's `nbcast` metadata block. */
   nbcast: Record<string, unknown>;
   paused: boolean;
   next_fire_at: string | null;
+  /** Why the scheduler could not materialize it lately (it is retried with backoff). */
   schedule_error: string | null;
   failures: number;
-  last_run: {
-    state: string;
-    reason: string | null;
-    fire_at: string | null;
-  } | null;
-  next_fires: UpcomingFire[];
+  last_run: LastRun | null;
   latest_version: number;
+  /** '<cron or every …> (<zone>)' or 'manual'. */
   schedule: string;
   timezone: string;
+  /** Its next slots (none: it runs on request, or its schedule no longer compiles). */
+  next_fires: UpcomingFire[];
 }
 
 /** nbdime's structured diff from version a to version b (bounded). */
@@ -196,6 +189,7 @@ export interface DefinitionRunRequest {
   at?: string;
 }
 
+/** One published version of a definition. */
 export interface DefinitionVersion {
   definition: string;
   version: number;
@@ -203,13 +197,9 @@ export interface DefinitionVersion {
   author: string;
   message: string;
   created_at: string;
-  parameters: {
-    name: string;
-    type: string;
-    default: unknown;
-    help: string;
-  }[];
-  /** The version's nbcast metadata block */
+  /** Its parameters, as the `parameters` cell declares them. */
+  parameters: Parameter[];
+  /** The version's `nbcast` metadata block. */
   nbcast: Record<string, unknown>;
 }
 
@@ -293,13 +283,25 @@ export interface Error {
   };
 }
 
+/** The services from their heartbeat rows, with their lag, and the scheduler's lag. */
 export interface Health {
+  /** A scheduler, a worker, a delivery worker and an oversight service are alive and the scheduler keeps up (lag under a minute). */
   ok: boolean;
   checked_at: string;
+  /** How many services of each required kind are alive. */
   alive: Record<string, number>;
+  /** Seconds the oldest due, unmaterialized slot has waited (0: none waits). */
   scheduler_lag_s: number;
-  unsandboxed_workers?: string[];
+  /** Live workers running reports without a sandbox (`--sandbox off`, or a machine that cannot sandbox): the status page warns for as long as they run. */
+  unsandboxed_workers: string[];
   services: Service[];
+}
+
+/** A definition's newest run. */
+export interface LastRun {
+  state: string;
+  reason: string | null;
+  fire_at: string | null;
 }
 
 /** One opening of a signed link: when, from which network (IPv4 /24, IPv6 /48, or `unknown`: never the whole address) and with which user agent. */
@@ -353,6 +355,17 @@ export interface NotebookCheckRequest {
   name?: string;
   /** A zone (the browser's) to answer as a schedule may name it */
   timezone?: string;
+}
+
+/** A parameter as the version's `parameters` cell declares it. */
+export interface Parameter {
+  name: string;
+  /** Its JSON type (`integer`, `number`, `string`, `boolean`, `array`, `object`), from the literal default's. */
+  type: string;
+  /** The default as written in the cell (a JSON value) */
+  default: unknown;
+  /** The comment at the end of its line. */
+  help: string;
 }
 
 /** A slot as `nbcast schedule preview --json` lists it. */
@@ -427,35 +440,42 @@ export interface Run {
   rerun_of: number | null;
 }
 
-/** Everything about one run (the keys of `nbcast runs show --json`, and the newest 100 openings of its signed links). */
+/** Everything about one run (the keys of `nbcast runs show --json`, with the newest 100 openings of its signed links). */
 export interface RunDetail {
   id: number;
   tenant: string;
   definition: string;
-  version?: number;
-  slot_key?: string | null;
-  kind?: "scheduled" | "backfill" | "manual" | "rerun";
-  fire_at?: string;
+  version: number;
+  slot_key: string | null;
+  kind: "scheduled" | "backfill" | "manual" | "rerun";
+  fire_at: string;
   state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
-  reason?: string | null;
-  created_at?: string;
-  started_at?: string | null;
-  finished_at?: string | null;
-  not_before?: string;
+  reason: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  /** When it may be claimed (a retry's backoff). */
+  not_before: string;
   parameters: Record<string, unknown>;
+  attempt: number;
+  /** The executed notebook's sha256: the run's, else its latest attempt's. */
+  notebook_sha256: string | null;
+  /** Why it failed (or why its last attempt did), as far as it is known. */
+  error: RunError | null;
+  cancel_requested_at: string | null;
+  cancel_requested_by: string | null;
+  /** The period it covers (`period`). */
   context: Record<string, unknown> | null;
-  rerun_of?: number | null;
-  attempt?: number;
-  notebook_sha256?: string | null;
-  error?: RunError | null;
-  cancel_requested_at?: string | null;
-  cancel_requested_by?: string | null;
+  /** The run a `rerun` repeats. */
+  rerun_of: number | null;
   attempts: Attempt[];
+  /** The delivery plane's renditions of the run (`queries`). */
   renditions: Rendition[];
+  /** The delivery ledger's rows of the run, one per recipient and channel. */
   deliveries: Delivery[];
-  /** The openings of the run's signed links, newest first */
+  /** The openings of the run's signed links, newest first (at most `LINK_OPENS_SHOWN`). */
   link_opens: LinkOpen[];
-  /** Whether older openings exist than those listed */
+  /** Whether older openings exist than those listed. */
   link_opens_more: boolean;
 }
 
@@ -502,28 +522,33 @@ export interface Service {
   detail: Record<string, unknown>;
 }
 
+/** The alert about a miss, sent to the definition's owner. */
+export interface SlaAlert {
+  /** One of `AlertState`. */
+  state: "PENDING" | "SENT" | "FAILED" | "NONE";
+  channel: string | null;
+  /** As the caller may see it: a URL is masked but for the tenant's admins. */
+  to: string | null;
+  attempts: number;
+  alerted_at: string | null;
+  error: Record<string, unknown> | null;
+}
+
 /** A slot not delivered within its definition's sla.delivered_within, and the alert sent to the definition's owner (the keys of `nbcast sla list --json`). */
 export interface SlaMiss {
   id: number;
   definition: string;
-  /** The slot's key (its local wall time) */
+  /** The slot's key (its local wall time). */
   slot: string;
   fire_at: string;
   deadline: string;
-  detected_at?: string;
-  /** The slot's run state when the miss was found (SKIPPED, MISSED, FAILED, RUNNING, SUCCEEDED without a timely delivery, …) */
+  detected_at: string;
+  /** The slot's run state when the miss was found (SKIPPED, MISSED, FAILED, RUNNING, SUCCEEDED without a timely delivery, …). */
   state: string;
-  reason?: string | null;
-  /** The slot's first run (GET /runs/{run_id}) */
-  run?: number | null;
-  alert: {
-    state: "PENDING" | "SENT" | "FAILED" | "NONE";
-    channel: string | null;
-    to: string | null;
-    attempts: number;
-    alerted_at?: string | null;
-    error?: Record<string, unknown> | null;
-  };
+  reason: string | null;
+  /** The slot's first run (the base audience's, if it has one). */
+  run: number | null;
+  alert: SlaAlert;
 }
 
 export interface SlaMissPage {
@@ -535,20 +560,9 @@ export interface SlaMissPage {
 /** A tenant and its quotas (the keys of `nbcast tenants list --json`). */
 export interface Tenant {
   name: string;
-  created_at?: string | null;
-  max_concurrent_runs: number;
-  cpus_per_run: number;
-  memory_mb_per_run: number;
-  run_timeout_s: number;
-  max_attempts: number;
-  share: number;
-  max_processes_per_run: number;
-  budget_warehouse_bytes_per_day: number | null;
-  budget_cpu_s_per_day: number | null;
-  /** What the tenant's sandboxed kernels reach over the network. */
-  network?: "host" | "none";
-  /** The most the tenant's admins may set each quota to; a budget's null: they may remove it (set by operators). */
-  ceilings?: {
+  created_at: string;
+  /** The most its admins may set each quota to, set by operators; a budget's None: they may remove it (`ceilings`). */
+  ceilings: {
     max_concurrent_runs?: number;
     cpus_per_run?: number;
     memory_mb_per_run?: number;
@@ -559,6 +573,17 @@ export interface Tenant {
     budget_warehouse_bytes_per_day?: number | null;
     budget_cpu_s_per_day?: number | null;
   };
+  /** What its sandboxed kernels reach over the network: `host` or `none` (`set_network`). */
+  network: "host" | "none";
+  max_concurrent_runs: number;
+  cpus_per_run: number;
+  memory_mb_per_run: number;
+  run_timeout_s: number;
+  max_attempts: number;
+  share: number;
+  max_processes_per_run: number;
+  budget_warehouse_bytes_per_day: number | null;
+  budget_cpu_s_per_day: number | null;
 }
 
 export interface TenantList {

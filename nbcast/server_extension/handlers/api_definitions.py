@@ -31,7 +31,6 @@ manager's own messages, which name absolute paths, are not passed on.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -39,7 +38,8 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
-from nbcast.definitions.queries import get_version, list_versions
+from nbcast.definitions.parameters import Parameter
+from nbcast.definitions.queries import VersionInfo, get_version, list_versions
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import (
     ConfigError,
@@ -57,9 +57,6 @@ from nbcast.server_extension.contents_paths import (
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import (
-    INSTANT,
-    NULLABLE_INSTANT,
-    NULLABLE_STRING,
     STRING,
     schema,
 )
@@ -68,11 +65,12 @@ from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import get_tenant
 from nbcast.views.definitions import (
     NEXT_FIRES,
+    DefinitionDetail,
     DefinitionRecord,
+    LastRun,
     get_definition,
     get_definition_detail,
     list_definitions,
-    next_fires_json,
 )
 
 __all__ = [
@@ -85,7 +83,6 @@ __all__ = [
     "DefinitionHandler",
     "DefinitionVersionsHandler",
     "DefinitionsHandler",
-    "definition_json",
     "require_tenant",
 ]
 
@@ -114,55 +111,15 @@ UPCOMING = record_schema(
     "(`note`: e.g. '01:30 happens twice on 2026-11-01: runs both (EDT, then EST)').",
     overrides={"status": {"type": "string", "enum": ["scheduled", "skipped"]}},
 )
-_LAST_RUN = {
-    "type": ["object", "null"],
-    "required": ["state", "reason", "fire_at"],
-    "properties": {"state": STRING, "reason": NULLABLE_STRING, "fire_at": NULLABLE_INSTANT},
-}
-_SCHEDULER = {
-    "paused": {"type": "boolean"},
-    "next_fire_at": NULLABLE_INSTANT,
-    "schedule_error": NULLABLE_STRING,
-    "failures": {"type": "integer", "minimum": 0},
-    "last_run": _LAST_RUN,
-    "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
-}
-DEFINITION = schema(
+LAST_RUN = record_schema("LastRun", LastRun)
+DEFINITION = record_schema(
     "Definition",
-    {
-        "type": "object",
-        "description": "A definition as listed: its latest version's schedule and the "
-        "scheduler's view of it.",
-        "required": [
-            "name",
-            "latest_version",
-            "schedule",
-            "cron",
-            "every",
-            "timezone",
-            "paused",
-            "next_fire_at",
-            "last_run",
-            "next_fires",
-        ],
-        "properties": {
-            "name": STRING,
-            "latest_version": {"type": "integer", "minimum": 1},
-            "schedule": {
-                "type": "string",
-                "description": "'<cron or every …> (<zone>)' or 'manual'",
-            },
-            "cron": NULLABLE_STRING,
-            "every": NULLABLE_STRING,
-            "timezone": STRING,
-            "source_path": {
-                "type": "string",
-                "description": SOURCE_PATH_HELP,
-            },
-            "created_at": INSTANT,
-            "updated_at": INSTANT,
-            **_SCHEDULER,
-        },
+    DefinitionRecord,
+    refs={LastRun: LAST_RUN, UpcomingFire: UPCOMING},
+    overrides={
+        "latest_version": {"type": "integer", "minimum": 1},
+        "failures": {"type": "integer", "minimum": 0},
+        "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
     },
 )
 DEFINITION_PAGE = schema(
@@ -179,30 +136,22 @@ DEFINITION_PAGE = schema(
         },
     },
 )
-_VERSION_PROPERTIES: dict[str, Any] = {
-    "definition": STRING,
+PARAMETER = record_schema(
+    "Parameter",
+    Parameter,
+    description="A parameter as the version's `parameters` cell declares it.",
+    overrides={"default": {"description": "The default as written in the cell (a JSON value)"}},
+)
+_VERSION_OVERRIDES: dict[str, Any] = {
     "version": {"type": "integer", "minimum": 1},
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-    "author": STRING,
-    "message": STRING,
-    "created_at": INSTANT,
-    "parameters": {
-        "type": "array",
-        "items": {
-            "type": "object",
-            "required": ["name", "type", "default", "help"],
-            "properties": {"name": STRING, "type": STRING, "default": {}, "help": STRING},
-        },
-    },
-    "nbcast": {"type": "object", "description": "The version's nbcast metadata block"},
 }
-VERSION = schema(
+VERSION = record_schema(
     "DefinitionVersion",
-    {
-        "type": "object",
-        "required": list(_VERSION_PROPERTIES),
-        "properties": _VERSION_PROPERTIES,
-    },
+    VersionInfo,
+    description="One published version of a definition.",
+    refs={Parameter: PARAMETER},
+    overrides=_VERSION_OVERRIDES,
 )
 VERSION_LIST = schema(
     "DefinitionVersionList",
@@ -212,20 +161,15 @@ VERSION_LIST = schema(
         "properties": {"items": {"type": "array", "items": VERSION}},
     },
 )
-DETAIL = schema(
+DETAIL = record_schema(
     "DefinitionDetail",
-    {
-        "type": "object",
-        "description": "One version (the latest unless asked) as `nbcast definitions show "
-        "--json` shows it, with the definition's schedule and next fire times.",
-        "required": [*_VERSION_PROPERTIES, *_SCHEDULER, "latest_version", "schedule", "timezone"],
-        "properties": {
-            **_VERSION_PROPERTIES,
-            **_SCHEDULER,
-            "latest_version": {"type": "integer", "minimum": 1},
-            "schedule": STRING,
-            "timezone": STRING,
-        },
+    DefinitionDetail,
+    refs={Parameter: PARAMETER, LastRun: LAST_RUN, UpcomingFire: UPCOMING},
+    overrides={
+        **_VERSION_OVERRIDES,
+        "latest_version": {"type": "integer", "minimum": 1},
+        "failures": {"type": "integer", "minimum": 0},
+        "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
     },
 )
 DIFF = schema(
@@ -288,25 +232,6 @@ VERSION_PARAM = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
 
 
 # -- the JSON forms ------------------------------------------------------------------------
-
-
-def _schedule_fields(block: dict[str, Any]) -> dict[str, Any]:
-    found = block.get("schedule")
-    schedule: dict[str, Any] = found if isinstance(found, dict) else {}
-    cron, every = schedule.get("cron"), schedule.get("every")
-    return {
-        "cron": cron if isinstance(cron, str) else None,
-        "every": str(every) if every is not None else None,
-    }
-
-
-def definition_json(record: DefinitionRecord, now: datetime) -> dict[str, Any]:
-    """A definition as listed (schema ``Definition``)."""
-    return {
-        **record.to_json(),
-        **_schedule_fields(record.block),
-        "next_fires": next_fires_json(record.block, now),
-    }
 
 
 def tenant_exists(session: Session, caller: Caller) -> bool:
@@ -388,12 +313,12 @@ class DefinitionsHandler(ApiHandler):
             if not tenant_exists(session, caller):
                 return {"items": [], "next": None}
             try:
-                page = list_definitions(session, caller, limit=limit, after=after)
+                page = list_definitions(session, caller, limit=limit, after=after, now=now)
             except ConfigError as exc:
                 raise ApiError(400, str(exc), field="after") from None
         root = self.contents_root
         return {
-            "items": [definition_json(shown_record(r, root), now) for r in page.items],
+            "items": [shown_record(r, root).to_json() for r in page.items],
             "next": page.next_after,
         }
 
@@ -448,12 +373,12 @@ class DefinitionsHandler(ApiHandler):
         except DuplicateDefinitionError as exc:
             raise ApiError(400, self._duplicate(exc), field="name") from None
         with self.state.db.session() as session:
-            record = get_definition(session, caller, result.definition)
+            record = get_definition(session, caller, result.definition, now=now)
             info = get_version(session, caller, result.definition, result.version)
         return {
             "created": result.created,
             "warnings": list(result.warnings),
-            "definition": definition_json(shown_record(record, self.contents_root), now),
+            "definition": shown_record(record, self.contents_root).to_json(),
             "version": info.to_json(),
         }
 

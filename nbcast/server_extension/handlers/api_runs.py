@@ -6,9 +6,9 @@ print), :func:`~nbcast.executor.control.cancel_run` and
 :func:`~nbcast.scheduler.control.rerun_run` — each scoped to the caller's tenant, so
 another tenant's run is "not found" (404) on every route here.
 
-One run's answer adds to those keys the newest :data:`LINK_OPENS_SHOWN` openings of
-its signed links (:func:`~nbcast.delivery.link_opens.opens_of_run`: time, network,
-user agent) and whether there are more.
+One run's answer is its :class:`~nbcast.views.runs.RunDetail`, whose fields — the
+newest :data:`~nbcast.views.runs.LINK_OPENS_SHOWN` openings of its signed links
+included — the ``RunDetail`` component is derived from.
 
 The downloads (the executed notebook, each rendition) are in
 :mod:`~nbcast.server_extension.handlers.api_run_files`.
@@ -22,7 +22,8 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller, Page, encode_cursor
-from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, opens_of_run
+from nbcast.delivery.link_opens import MAX_USER_AGENT_CHARS, OpenRecord
+from nbcast.delivery.queries import DeliveryRecord, RenditionRecord
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.executor.control import cancel_run
 from nbcast.executor.failures import ErrorInfo
@@ -35,20 +36,15 @@ from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
 from nbcast.server_extension.openapi import (
     INSTANT,
-    NULLABLE_INSTANT,
-    NULLABLE_INT,
-    NULLABLE_OBJECT,
-    NULLABLE_STRING,
     STRING,
     schema,
 )
 from nbcast.server_extension.record_schemas import record_schema
-from nbcast.server_extension.routes import API, Operation, Param, route
+from nbcast.server_extension.routes import API, Operation, Param, ref, route
 from nbcast.tenancy.tenants import get_tenant
-from nbcast.views.runs import RunDetail, get_run
+from nbcast.views.runs import LINK_OPENS_SHOWN, RunDetail, get_run
 
 __all__ = [
-    "LINK_OPENS_SHOWN",
     "MAX_LIST",
     "NOTEBOOK_MEDIA",
     "RUN_ID",
@@ -63,10 +59,6 @@ __all__ = [
 
 MAX_LIST = 500
 """The most items one page of an API list holds."""
-
-LINK_OPENS_SHOWN = 100
-"""The most openings of a run's signed links its answer (and its page) lists: the
-newest."""
 
 NOTEBOOK_MEDIA = "application/x-ipynb+json"
 
@@ -117,89 +109,30 @@ RUN_PAGE = schema(
     },
 )
 ATTEMPT = record_schema("Attempt", AttemptRecord, refs={ErrorInfo: ERROR_INFO})
-LINK_OPEN = schema(
+LINK_OPEN = record_schema(
     "LinkOpen",
-    {
-        "type": "object",
-        "description": "One opening of a signed link: when, from which network (IPv4 /24, "
-        "IPv6 /48, or `unknown`: never the whole address) and with which user agent.",
-        "required": [
-            "link",
-            "run",
-            "delivery",
-            "recipient",
-            "file",
-            "opened_at",
-            "network",
-            "user_agent",
-        ],
-        "properties": {
-            "link": {"type": "integer"},
-            "run": {"type": "integer"},
-            "delivery": NULLABLE_INT,
-            "recipient": STRING,
-            "file": STRING,
-            "opened_at": INSTANT,
-            "network": STRING,
-            "user_agent": {"type": "string", "maxLength": MAX_USER_AGENT_CHARS},
-        },
-    },
+    OpenRecord,
+    description="One opening of a signed link: when, from which network (IPv4 /24, "
+    "IPv6 /48, or `unknown`: never the whole address) and with which user agent.",
+    overrides={"user_agent": {"type": "string", "maxLength": MAX_USER_AGENT_CHARS}},
+    json_names={"link_id": "link", "run_id": "run", "delivery_id": "delivery", "filename": "file"},
 )
-RUN_DETAIL = schema(
+RUN_DETAIL = record_schema(
     "RunDetail",
-    {
-        "type": "object",
-        "description": "Everything about one run (the keys of `nbcast runs show --json`, "
-        f"and the newest {LINK_OPENS_SHOWN} openings of its signed links).",
-        "required": [
-            "id",
-            "tenant",
-            "definition",
-            "state",
-            "parameters",
-            "context",
-            "attempts",
-            "renditions",
-            "deliveries",
-            "link_opens",
-            "link_opens_more",
-        ],
-        "properties": {
-            "id": {"type": "integer"},
-            "tenant": STRING,
-            "definition": STRING,
-            "version": {"type": "integer"},
-            "slot_key": NULLABLE_STRING,
-            "kind": {"type": "string", "enum": [k.value for k in RunKind]},
-            "fire_at": INSTANT,
-            "state": {"type": "string", "enum": [s.value for s in RunState]},
-            "reason": NULLABLE_STRING,
-            "created_at": INSTANT,
-            "started_at": NULLABLE_INSTANT,
-            "finished_at": NULLABLE_INSTANT,
-            "not_before": INSTANT,
-            "parameters": {"type": "object"},
-            "context": NULLABLE_OBJECT,
-            "rerun_of": NULLABLE_INT,
-            "attempt": {"type": "integer"},
-            "notebook_sha256": NULLABLE_STRING,
-            "error": _NULLABLE_ERROR,
-            "cancel_requested_at": NULLABLE_INSTANT,
-            "cancel_requested_by": NULLABLE_STRING,
-            "attempts": {"type": "array", "items": ATTEMPT},
-            "renditions": {"type": "array", "items": {"$ref": "#/components/schemas/Rendition"}},
-            "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
-            "link_opens": {
-                "type": "array",
-                "maxItems": LINK_OPENS_SHOWN,
-                "items": LINK_OPEN,
-                "description": "The openings of the run's signed links, newest first",
-            },
-            "link_opens_more": {
-                "type": "boolean",
-                "description": "Whether older openings exist than those listed",
-            },
-        },
+    RunDetail,
+    description="Everything about one run (the keys of `nbcast runs show --json`, "
+    f"with the newest {LINK_OPENS_SHOWN} openings of its signed links).",
+    refs={
+        ErrorInfo: ERROR_INFO,
+        AttemptRecord: ATTEMPT,
+        RenditionRecord: ref("Rendition"),
+        DeliveryRecord: ref("Delivery"),
+        OpenRecord: LINK_OPEN,
+    },
+    overrides={
+        "kind": {"type": "string", "enum": [k.value for k in RunKind]},
+        "state": {"type": "string", "enum": [s.value for s in RunState]},
+        "link_opens": {"type": "array", "maxItems": LINK_OPENS_SHOWN, "items": LINK_OPEN},
     },
 )
 CANCEL = schema(
@@ -382,12 +315,7 @@ class RunHandler(RunBase):
         with self.state.db.session() as session:
             require_run_tenant(session, self.caller, run_id)
             detail = get_run(session, self.caller, run_id, artifacts=self.state.store)
-            opens = opens_of_run(session, self.caller, run_id, limit=LINK_OPENS_SHOWN + 1)
-        return {
-            **detail.to_json(),
-            "link_opens": [o.to_json() for o in opens[:LINK_OPENS_SHOWN]],
-            "link_opens_more": len(opens) > LINK_OPENS_SHOWN,
-        }
+        return detail.to_json()
 
 
 @route(

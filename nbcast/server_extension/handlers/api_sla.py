@@ -14,53 +14,31 @@ from jupyter_server.auth.decorator import authorized
 from nbcast.access import Caller, Page
 from nbcast.errors import ConfigError, NotFoundError
 from nbcast.oversight.sla import AlertState
-from nbcast.oversight.sla_queries import SlaMissRecord, list_misses
+from nbcast.oversight.sla_queries import SlaAlertRecord, SlaMissRecord, list_misses
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_runs import LIMIT, MAX_LIST, known_tenant
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, NULLABLE_INSTANT, schema
+from nbcast.server_extension.openapi import INSTANT, schema
+from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = ["SLA_MISS", "SlaHandler"]
 
-SLA_MISS = schema(
-    "SlaMiss",
-    {
-        "type": "object",
-        "description": "A slot not delivered within its definition's sla.delivered_within, "
-        "and the alert sent to the definition's owner (the keys of `nbcast sla list --json`).",
-        "required": ["id", "definition", "slot", "fire_at", "deadline", "state", "alert"],
-        "properties": {
-            "id": {"type": "integer"},
-            "definition": {"type": "string"},
-            "slot": {"type": "string", "description": "The slot's key (its local wall time)"},
-            "fire_at": INSTANT,
-            "deadline": INSTANT,
-            "detected_at": INSTANT,
-            "state": {
-                "type": "string",
-                "description": "The slot's run state when the miss was found "
-                "(SKIPPED, MISSED, FAILED, RUNNING, SUCCEEDED without a timely delivery, …)",
-            },
-            "reason": {"type": ["string", "null"]},
-            "run": {
-                "type": ["integer", "null"],
-                "description": "The slot's first run (GET /runs/{run_id})",
-            },
-            "alert": {
-                "type": "object",
-                "required": ["state", "channel", "to", "attempts"],
-                "properties": {
-                    "state": {"type": "string", "enum": [s.value for s in AlertState]},
-                    "channel": {"type": ["string", "null"]},
-                    "to": {"type": ["string", "null"]},
-                    "attempts": {"type": "integer", "minimum": 0},
-                    "alerted_at": NULLABLE_INSTANT,
-                    "error": {"type": ["object", "null"]},
-                },
-            },
-        },
+SLA_ALERT = record_schema(
+    "SlaAlert",
+    SlaAlertRecord,
+    overrides={
+        "state": {"type": "string", "enum": [s.value for s in AlertState]},
+        "attempts": {"type": "integer", "minimum": 0},
     },
+)
+SLA_MISS = record_schema(
+    "SlaMiss",
+    SlaMissRecord,
+    description="A slot not delivered within its definition's sla.delivered_within, "
+    "and the alert sent to the definition's owner (the keys of `nbcast sla list --json`).",
+    refs={SlaAlertRecord: SLA_ALERT},
+    json_names={"slot_key": "slot", "run_id": "run"},
 )
 SLA_MISS_PAGE = schema(
     "SlaMissPage",

@@ -21,7 +21,8 @@ from nbcast.config import TENANT_NAME
 from nbcast.errors import ConfigError
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, schema
+from nbcast.server_extension.openapi import schema
+from nbcast.server_extension.record_schemas import record_definition
 from nbcast.server_extension.routes import API, Operation, Param, route
 from nbcast.tenancy.tenants import (
     NULLABLE_QUOTAS,
@@ -40,7 +41,6 @@ __all__ = [
     "TenantHandler",
     "TenantQuotaHandler",
     "TenantsHandler",
-    "tenant_json",
 ]
 
 
@@ -60,30 +60,27 @@ def _quota_schema(field: str, nullable: bool) -> dict[str, Any]:
 _NULLABLE_QUOTAS = NULLABLE_QUOTAS
 """Quotas that may be null: no limit."""
 
-TENANT = schema(
-    "Tenant",
-    {
-        "type": "object",
-        "description": "A tenant and its quotas (the keys of `nbcast tenants list --json`).",
-        "required": ["name", *QUOTA_FIELDS],
-        "properties": {
-            "name": {"type": "string"},
-            "created_at": {"oneOf": [INSTANT, {"type": "null"}]},
-            **{f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
-            "network": {
-                "type": "string",
-                "enum": ["host", "none"],
-                "description": "What the tenant's sandboxed kernels reach over the network.",
-            },
-            "ceilings": {
-                "type": "object",
-                "description": "The most the tenant's admins may set each quota to; a "
-                "budget's null: they may remove it (set by operators).",
-                "properties": {f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS},
-            },
+
+def _tenant_definition() -> dict[str, Any]:
+    """``Tenant``: the record's fields, its ``quotas`` laid out as keys of their own
+    (as ``to_json`` does), each described by the quota table
+    (:data:`~nbcast.tenancy.tenants.QUOTA_FIELDS`, its bounds and nullability)."""
+    quotas = {f: _quota_schema(f, f in _NULLABLE_QUOTAS) for f in QUOTA_FIELDS}
+    definition = record_definition(
+        TenantRecord,
+        description="A tenant and its quotas (the keys of `nbcast tenants list --json`).",
+        overrides={
+            "network": {"type": "string", "enum": ["host", "none"]},
+            "ceilings": {"type": "object", "properties": quotas},
         },
-    },
-)
+    )
+    properties = dict(definition["properties"])
+    del properties["quotas"]
+    required = [k for k in definition["required"] if k != "quotas"]
+    return {**definition, "required": [*required, *quotas], "properties": {**properties, **quotas}}
+
+
+TENANT = schema("Tenant", _tenant_definition())
 TENANT_LIST = schema(
     "TenantList",
     {
@@ -108,17 +105,6 @@ TENANT_PARAM = Param(
     {"type": "string", "pattern": f"^{TENANT_NAME.pattern}$"},
     description="The tenant's name",
 )
-
-
-def tenant_json(tenant: TenantRecord) -> dict[str, Any]:
-    """The API's ``Tenant``."""
-    return {
-        "name": tenant.name,
-        "created_at": tenant.created_at,
-        **tenant.quotas,
-        "ceilings": tenant.ceilings,
-        "network": tenant.network,
-    }
 
 
 class _TenantBase(ApiHandler):
@@ -146,16 +132,17 @@ class _TenantBase(ApiHandler):
         refusal of a value as 400 naming its field."""
         self.one(name)
         try:
-            return tenant_json(
-                command(self.state.db, self.state.clock, self.caller, name, **values)
+            record: TenantRecord = command(
+                self.state.db, self.state.clock, self.caller, name, **values
             )
+            return record.to_json()
         except ConfigError as exc:
             field = next((f for f in values if str(exc).startswith(f)), None)
             raise ApiError(400, str(exc), field=field) from None
 
     def one(self, name: str) -> dict[str, Any]:
         with self.state.db.session() as session:
-            return tenant_json(tenant_record(session, self.caller, name, self.state.clock.now()))
+            return tenant_record(session, self.caller, name, self.state.clock.now()).to_json()
 
 
 @route(
@@ -185,7 +172,7 @@ class TenantsHandler(_TenantBase):
                 page = list_tenants(
                     session, self.caller, self.state.clock.now(), limit=1000, after=after
                 )
-                items += [tenant_json(t) for t in page.items]
+                items += [t.to_json() for t in page.items]
                 if page.next_after is None:
                     return items
                 after = page.next_after

@@ -13,11 +13,10 @@ from jupyter_server.auth.decorator import authorized
 from nbcast.access import Caller
 from nbcast.daemon import ServiceState
 from nbcast.server_extension.handlers.base import ApiHandler
-from nbcast.server_extension.openapi import INSTANT, schema
 from nbcast.server_extension.record_schemas import record_schema
 from nbcast.server_extension.routes import API, Operation, ref, route
 from nbcast.tenancy.roles import require_role_or_operator
-from nbcast.views.health import ServiceRecord, health
+from nbcast.views.health import Health, ServiceRecord, health
 
 __all__ = ["HealthHandler"]
 
@@ -30,20 +29,11 @@ SERVICE = record_schema(
         "lag_s": {"type": "number", "minimum": 0},
     },
 )
-schema(
+record_schema(
     "Health",
-    {
-        "type": "object",
-        "required": ["ok", "checked_at", "alive", "scheduler_lag_s", "services"],
-        "properties": {
-            "ok": {"type": "boolean"},
-            "checked_at": INSTANT,
-            "alive": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "scheduler_lag_s": {"type": "number", "minimum": 0},
-            "unsandboxed_workers": {"type": "array", "items": {"type": "string"}},
-            "services": {"type": "array", "items": SERVICE},
-        },
-    },
+    Health,
+    refs={ServiceRecord: SERVICE},
+    overrides={"scheduler_lag_s": {"type": "number", "minimum": 0}},
 )
 
 

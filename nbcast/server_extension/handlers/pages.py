@@ -36,15 +36,12 @@ status and one line of text, never a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from nbcast.errors import NbcastError
-from nbcast.scheduler.upcoming import UpcomingFire
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_RUN,
@@ -60,10 +57,8 @@ from nbcast.server_extension.handlers.page_handler import (
 __all__ = [
     "DefinitionPage",
     "DefinitionsPage",
-    "Fires",
     "OverviewPage",
     "OverviewRedirect",
-    "next_fires",
 ]
 
 RUNS_PER_PAGE = 50
@@ -71,36 +66,6 @@ SLA_MISSES_SHOWN = 20
 """SLA misses a definition's page lists (the newest; ``nbcast sla list`` has them all)."""
 UPCOMING = 5
 """Next fire times a definition's page lists."""
-LIST_FIRES = 3
-"""Next fire times the definitions page lists per definition (the API's three)."""
-
-
-@dataclass(frozen=True)
-class Fires:
-    """A definition's next fire times as a page shows them: the slots, or why there
-    are none (``manual``: no schedule; ``error``: it does not compile)."""
-
-    upcoming: list[UpcomingFire] = field(default_factory=list)
-    manual: bool = False
-    error: str | None = None
-
-
-def next_fires(block: dict[str, Any], now: datetime, count: int) -> Fires:
-    """The next ``count`` fire times of the schedule in a version's ``nbcast`` block,
-    in its zone with their DST notes (:func:`nbcast.scheduler.upcoming.upcoming`)."""
-    from nbcast.definitions.compiled import compile_schedule_block
-    from nbcast.scheduler.upcoming import upcoming
-
-    schedule = block.get("schedule")
-    if not isinstance(schedule, dict):
-        return Fires(manual=True)
-    try:
-        spec = compile_schedule_block(schedule)
-        if spec is None:
-            return Fires(manual=True)
-        return Fires(upcoming=upcoming(spec, now, count))
-    except NbcastError as exc:
-        return Fires(error=str(exc))
 
 
 @page_route("/nbcast/", "The overview of the caller's tenant")
@@ -167,8 +132,9 @@ class OverviewRedirect(PageHandler):
 @page_route("/nbcast/definitions", "The caller's definitions")
 class DefinitionsPage(PageHandler):
     """``/nbcast/definitions``: every definition, a page of 100 at a time, each with
-    its next :data:`LIST_FIRES` fire times in its own zone and what DST does to each
-    (:func:`next_fires`)."""
+    its next fire times in its own zone and what DST does to each — the records of
+    :func:`~nbcast.views.definitions.list_definitions`, as the API and the CLI show
+    them."""
 
     @web.authenticated
     @authorized
@@ -184,23 +150,20 @@ class DefinitionsPage(PageHandler):
         if after is not None and len(after) > 512:
             raise ApiError(400, "after is longer than 512 characters", field="after")
 
-        def read() -> tuple[Any, dict[int, Fires]]:
+        def read() -> Any:
             now = self.state.clock.now()
             with self.state.db.session() as session:
                 require_role_or_operator(session, caller, READING, now)
                 if not tenant_known(session, caller):  # an operator mapped to no tenant
-                    return Page([], None), {}
-                page = list_definitions(session, caller, limit=100, after=after)
-            fires = {d.id: next_fires(d.block, now, LIST_FIRES) for d in page.items if not d.paused}
-            return page, fires
+                    return Page([], None)
+                return list_definitions(session, caller, limit=100, after=after, now=now)
 
-        page, fires = await self.call(read)
+        page = await self.call(read)
         self.render_page(
             "definitions.html",
             title="Definitions",
-            active=any(d.last_run_state in ACTIVE_RUN for d in page.items),
+            active=any(d.last_run and d.last_run.state in ACTIVE_RUN for d in page.items),
             definitions=page.items,
-            fires=fires,
             next_after=page.next_after,
         )
 
@@ -241,7 +204,7 @@ class DefinitionPage(PageHandler):
             require_role_or_operator(session, caller, READING, now)
             if not tenant_known(session, caller):  # an operator mapped to no tenant
                 raise UnknownDefinitionError(f"no definition named {name[:128]!r}")
-            definition = get_definition(session, caller, name)
+            definition = get_definition(session, caller, name, now=now)
             versions = list_versions(session, caller, name)
             runs = list_runs(
                 session, caller, definition=name, order="desc", limit=RUNS_PER_PAGE, after=after

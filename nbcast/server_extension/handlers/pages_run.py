@@ -5,7 +5,7 @@ The run page shows everything about one run of the caller's tenant: its context 
 parameters, its attempts (failing cell, line and traceback), the executed notebook
 rendered in a sandboxed ``<iframe>`` (:class:`RunNotebookView`), its renditions, the
 per-recipient delivery ledger, its signed links and their openings (the newest
-:data:`~.api_runs.LINK_OPENS_SHOWN`, as the API's run: when, the reader's network as
+:data:`~nbcast.views.runs.LINK_OPENS_SHOWN`, as the API's run: when, the reader's network as
 recorded, the user agent clipped to :data:`USER_AGENT_SHOWN` characters, all
 escaped). Another tenant's run is a 404 page.
 """
@@ -19,7 +19,6 @@ from tornado import web
 
 from nbcast.delivery.models import DeliveryState, RenditionState
 from nbcast.server_extension.errors import ApiError, status_of
-from nbcast.server_extension.handlers.api_runs import LINK_OPENS_SHOWN
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_DELIVERY,
     ACTIVE_RUN,
@@ -58,7 +57,6 @@ class RunPage(PageHandler):
         )
 
     def _read(self, caller: Any, run_id: int) -> dict[str, Any]:
-        from nbcast.delivery.link_opens import opens_of_run
         from nbcast.delivery.queries import list_links
         from nbcast.errors import UnknownRunError
         from nbcast.tenancy.roles import require_role_or_operator
@@ -72,12 +70,11 @@ class RunPage(PageHandler):
                 raise UnknownRunError(f"no run {run_id}")
             run = get_run(session, caller, run_id, artifacts=self.state.store)
             links = list_links(session, caller, run_id=run_id, limit=100).items
-            opens = opens_of_run(session, caller, run_id, limit=LINK_OPENS_SHOWN + 1)
         return {
             "run": run,
             "links": links,
-            "opens": opens[:LINK_OPENS_SHOWN],
-            "opens_more": len(opens) > LINK_OPENS_SHOWN,
+            "opens": run.link_opens,
+            "opens_more": run.link_opens_more,
             "opens_total": sum(link.opens for link in links),
             "tracebacks": attempt_tracebacks(self.state.store, run),
             "failed_deliveries": sum(1 for d in run.deliveries if d.state == DeliveryState.FAILED),
