@@ -38,6 +38,7 @@ __all__ = [
     "BASE_AUDIENCE",
     "CACHED_VERSIONS",
     "CompiledVersion",
+    "compile_retry_on",
     "compile_schedule_block",
     "compile_sla_block",
     "compile_version",
@@ -140,3 +141,14 @@ def compile_sla_block(sla: Any) -> timedelta | None:
     except NbcastError:
         return None
     return None if spec is None else spec.delivered_within
+
+
+def compile_retry_on(block: Any) -> tuple[str, ...]:
+    """The ``retry_on`` of a stored block (empty: none, or one that does not validate —
+    a version published before it did)."""
+    if not isinstance(block, Mapping) or "retry_on" not in block:
+        return ()
+    try:
+        return parse_spec({"retry_on": block["retry_on"]}).retry_on
+    except NbcastError:
+        return ()

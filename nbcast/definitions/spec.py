@@ -201,6 +201,10 @@ class ReportSpec:
     outputs: tuple[OutputFormat, ...] = (OutputFormat.html,)
     subscriptions: tuple[Subscription, ...] = ()
     sla: SlaSpec | None = None
+    retry_on: tuple[str, ...] = ()
+    """Exception names (``ConnectionError``, ``requests.exceptions.Timeout``) that the
+    report's own code may raise and that are worth another attempt; any other
+    exception the notebook raises fails the run at once (``notebook_error``)."""
 
 
 def _require(value: Any, kind: type | tuple[type, ...], path: str, what: str) -> Any:
@@ -440,7 +444,16 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         raise MetadataError(field.removeprefix("nbcast.") or "nbcast", message)
     _no_unknown(
         block,
-        {"name", "description", "schedule", "parameters", "outputs", "subscriptions", "sla"},
+        {
+            "name",
+            "description",
+            "schedule",
+            "parameters",
+            "outputs",
+            "subscriptions",
+            "sla",
+            "retry_on",
+        },
         "",
     )
     kwargs: dict[str, Any] = {}
@@ -470,7 +483,31 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
         kwargs["subscriptions"] = _subscriptions(block["subscriptions"], outputs, schema)
     if "sla" in block:
         kwargs["sla"] = _sla(block["sla"])
+    if "retry_on" in block:
+        kwargs["retry_on"] = _retry_on(block["retry_on"])
     return ReportSpec(**kwargs)
+
+
+MAX_RETRY_ON = 20
+"""Exception names one ``retry_on`` lists at most."""
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
+
+
+def _retry_on(value: Any) -> tuple[str, ...]:
+    _require(value, list, "retry_on", "a list of exception names")
+    if len(value) > MAX_RETRY_ON:
+        raise MetadataError("retry_on", f"lists more than {MAX_RETRY_ON} exception names")
+    names: list[str] = []
+    for i, name in enumerate(value):
+        path = f"retry_on[{i}]"
+        _require(name, str, path, "an exception name")
+        if not _EXCEPTION_NAME.fullmatch(name):
+            raise MetadataError(
+                path, f"{clip(name)} is not an exception name (ValueError, a.b.Error)"
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 MIN_SLA = timedelta(minutes=1)

@@ -27,7 +27,15 @@ Decisions:
   ``only_if: results`` subscriptions are SUPPRESSED ``no_results``; the others still
   get the notebook as far as it ran. ``SystemExit`` with any other code (``sys.exit(3)``,
   ``sys.exit("why")``) is a failure like any raised exception
-  (:class:`~nbcast.errors.NotebookExecutionError`, ename ``SystemExit``), retried like one.
+  (:class:`~nbcast.errors.NotebookExecutionError`, ename ``SystemExit``).
+- **The report's own errors fail fast.** An exception raised by the notebook's code
+  (a ``TypeError``, a ``KeyError`` on a renamed column) would be raised again by every
+  attempt, so the run ends FAILED after one, with reason ``notebook_error`` — unless the
+  version's ``retry_on`` names the exception (:func:`retried_error`: a flaky
+  ``ConnectionError`` to a source worth another try), which then retries with the
+  tenant's backoff up to ``max_attempts``. Infrastructure failures — the kernel died,
+  the lease was lost, the worker is gone, the warehouse could not scope the run — are
+  not the notebook's and keep retrying.
 - **Permanent failures are not retried.** Before a kernel is started the attempt checks
   that the pinned notebook is a notebook, that the run's parameters validate against its
   parameters cell, and that its kernelspec is installed here
@@ -147,6 +155,9 @@ class AttemptJob:
     """Warehouse bytes the tenant's daily budget has left (None: no budget)."""
     sandbox: SandboxSpec | None = None
     """The sandbox the kernel runs in (None: the worker runs with ``--sandbox off``)."""
+    retry_on: tuple[str, ...] = ()
+    """Exception names of the report's own code worth another attempt
+    (:func:`retried_error`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,6 +361,8 @@ def _execute(
         state, error = RunState.FAILED, _error(type(exc).__name__, str(exc), ())
     except NotebookExecutionError as exc:
         state = RunState.FAILED
+        if not retried_error(exc.ename, job.retry_on):
+            reason = RunReason.notebook_error
         error = {"cell_index": exc.cell_index, **_error(exc.ename, exc.evalue, exc.traceback)}
     except OutputTooLargeError as exc:
         state, reason = RunState.FAILED, RunReason.output_too_large
@@ -393,6 +406,15 @@ def _execute(
         cpu_s=used.cpu_s,
         peak_mem_mb=used.peak_mem_mb,
     )
+
+
+def retried_error(ename: str, retry_on: Sequence[str]) -> bool:
+    """Whether the report's own exception ``ename`` (its class name as the kernel
+    reports it) is one its definition retries: a name of ``retry_on``, or the last part
+    of a dotted one (``requests.exceptions.Timeout`` names ``Timeout``). The kernel
+    reports a class name only, so a listed base class does not cover its subclasses."""
+    name = ename.rsplit(".", 1)[-1]
+    return any(name == listed.rsplit(".", 1)[-1] for listed in retry_on)
 
 
 def _written(output: Path) -> bool:

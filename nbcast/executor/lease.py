@@ -54,6 +54,9 @@ class Lease:
     """Warehouse bytes the tenant's daily budget had left at the claim (None: none)."""
     sandbox_network: str = "host"
     """What the tenant's kernels reach (:class:`nbcast.sandbox.policy.Network`)."""
+    retry_on: tuple[str, ...] = ()
+    """The exception names of the report's own code worth another attempt (its
+    version's ``retry_on``; any other fails the run at once)."""
 
     @property
     def label(self) -> str:
@@ -98,6 +101,7 @@ class Lease:
             row_filter=self.row_filter,
             budget_bytes_left=self.budget_bytes_left,
             sandbox=spec,
+            retry_on=self.retry_on,
         )
 
     def run_context(self) -> dict[str, Any]:

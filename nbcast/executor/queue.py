@@ -40,7 +40,7 @@ from __future__ import annotations
 import random
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
 from nbcast.db import Database
+from nbcast.definitions.compiled import compile_retry_on
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.executor import bounds
 from nbcast.executor.leases import Backoff, Lease, Leases, Reaper, Success
@@ -107,6 +108,7 @@ class RunQueue:
     ) -> None:
         self.db = db
         self.accounting = accounting
+        self._retry_on: dict[tuple[int, int], tuple[str, ...]] = {}
         """Daily usage and budget checks on claims and completions (the benchmarks turn
         it off to measure its cost; :mod:`nbcast.tenancy`)."""
         self.tenants = None if tenants is None else sorted(set(tenants))
@@ -253,7 +255,7 @@ class RunQueue:
                 remaining -= take
             leases = self._lease_runs(session, tenants, rooms, left, now) if rooms else []
         stats.leased = len(leases)
-        return leases
+        return self._with_retry_on(leases)
 
     def _claim_on_server(self, limit: int, now: datetime, stats: ClaimStats) -> list[Lease]:
         """PostgreSQL: the same claim in one round trip, ``nbcast_claim_runs`` (migration
@@ -304,7 +306,34 @@ class RunQueue:
                     )
                 )
         stats.leased = len(leases)
-        return leases
+        return self._with_retry_on(leases)
+
+    def _with_retry_on(self, leases: list[Lease]) -> list[Lease]:
+        """``leases`` with their versions' ``retry_on`` (read once per version and kept:
+        a version never changes; bounded like the versions a worker sees)."""
+        wanted = {(x.definition_id, x.version) for x in leases} - self._retry_on.keys()
+        if wanted:
+            if len(self._retry_on) > 10_000:
+                self._retry_on.clear()
+            with self.db.session() as session:
+                rows = session.execute(
+                    sa.select(
+                        DefinitionVersion.definition_id,
+                        DefinitionVersion.version,
+                        DefinitionVersion.spec,
+                    ).where(
+                        DefinitionVersion.definition_id.in_({d for d, _ in wanted}),
+                        DefinitionVersion.version.in_({v for _, v in wanted}),
+                    )
+                ).all()
+            for definition_id, version, block in rows:
+                self._retry_on[(definition_id, version)] = compile_retry_on(block)
+        return [
+            replace(x, retry_on=found)
+            if (found := self._retry_on.get((x.definition_id, x.version)))
+            else x
+            for x in leases
+        ]
 
     def _lease(self, row: Any, **fields: Any) -> Lease:
         """A lease from a claimed row: the fields both claim paths name alike, and

@@ -148,6 +148,9 @@ class RunReason(StrEnum):
     output_too_large = "output_too_large"
     """FAILED at once: the run sent more output than its limits allow
     (:mod:`nbcast.executor.output_limits`)."""
+    notebook_error = "notebook_error"
+    """FAILED after one attempt: the report's own code raised an exception that its
+    definition's ``retry_on`` does not list (another attempt would raise it again)."""
 
 
 class RunKind(StrEnum):

@@ -165,6 +165,22 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ),
         pytest.param(_with("name", "bad name!"), "name: 'bad name!' must match", id="name"),
         pytest.param({"sceduleee": {}}, "sceduleee: unknown key", id="top-typo"),
+        pytest.param(
+            _with("retry_on", "ConnectionError"), "retry_on: must be a list", id="retry-on-text"
+        ),
+        pytest.param(
+            _with("retry_on", ["ConnectionError", "import os"]),
+            "retry_on[1]: 'import os' is not an exception name",
+            id="retry-on-name",
+        ),
+        pytest.param(
+            _with("retry_on", [f"E{i}" for i in range(21)]),
+            "retry_on: lists more than 20",
+            id="retry-on-many",
+        ),
+        pytest.param(
+            _with("retry_on", [3]), "retry_on[0]: must be an exception name", id="retry-on-int"
+        ),
     ],
 )
 def test_errors_name_the_field(block: dict[str, Any], message: str) -> None:
@@ -192,3 +208,37 @@ def test_durations(text: str, expected: timedelta) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+def test_retry_on_keeps_each_name_once_in_order() -> None:
+    spec = parse_spec({"retry_on": ["TimeoutError", "a.b.ConnectionError", "TimeoutError"]})
+    assert spec.retry_on == ("TimeoutError", "a.b.ConnectionError")
+    assert parse_spec({}).retry_on == ()
+
+
+def test_a_stored_retry_on_that_no_longer_validates_retries_nothing() -> None:
+    from nbcast.definitions.compiled import compile_retry_on
+
+    assert compile_retry_on({"retry_on": ["ValueError"]}) == ("ValueError",)
+    assert compile_retry_on({"retry_on": "ValueError"}) == ()
+    assert compile_retry_on({"name": "x"}) == ()
+    assert compile_retry_on(None) == ()
+
+
+@pytest.mark.parametrize(
+    ("ename", "retry_on", "retried"),
+    [
+        ("ConnectionError", ("ConnectionError",), True),
+        ("Timeout", ("requests.exceptions.Timeout",), True),
+        ("requests.exceptions.Timeout", ("Timeout",), True),
+        ("ValueError", ("ConnectionError",), False),
+        ("ConnectionResetError", ("ConnectionError",), False),  # a class name, no hierarchy
+        ("ValueError", (), False),
+    ],
+)
+def test_which_of_the_reports_exceptions_are_retried(
+    ename: str, retry_on: tuple[str, ...], retried: bool
+) -> None:
+    from nbcast.executor.attempt import retried_error
+
+    assert retried_error(ename, retry_on) is retried

@@ -93,14 +93,15 @@ def test_exiting_with_a_non_zero_code_is_a_failure(db: Database, tmp_path: Path)
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
-    assert (run.state, run.reason, run.attempt) == ("FAILED", "max_attempts", 2)  # retried
+    # The notebook's own exit: like any exception of its code, not retried.
+    assert (run.state, run.reason, run.attempt) == ("FAILED", "notebook_error", 1)
     assert run.error is not None
     assert (run.error["ename"], run.error["evalue"], run.error["cell_index"]) == (
         "SystemExit",
         "3",
         2,
     )
-    assert [a.outcome for a in attempts(db, run_id)] == ["FAILED", "FAILED"]
+    assert [a.outcome for a in attempts(db, run_id)] == ["FAILED"]
 
 
 # -- the runner, each way of exiting ---------------------------------------------------

@@ -323,7 +323,7 @@ def test_an_error_the_database_could_not_store_is_recorded_and_visible(
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
-    assert (run.state, run.reason) == ("FAILED", "max_attempts")  # not lease_expired
+    assert (run.state, run.reason) == ("FAILED", "notebook_error")  # not lease_expired
     assert run.error is not None
     assert run.error["ename"] == ename
     evalue = run.error["evalue"]

@@ -78,7 +78,7 @@ def test_a_failing_cell_is_shown_with_its_line(
     shown = json.loads(out)
     assert (shown["id"], shown["definition"], shown["state"]) == (failed_run, "divide", "FAILED")
     assert (shown["tenant"], shown["kind"], shown["version"]) == ("default", "manual", 1)
-    assert shown["reason"] == "max_attempts"
+    assert shown["reason"] == "notebook_error"
     why = {"ename": "ZeroDivisionError", "cell_index": 3, "line_number": 2, "source_line": "z / y"}
     assert {k: shown["error"][k] for k in why} == why
     [attempt] = shown["attempts"]
@@ -93,7 +93,7 @@ def test_a_failing_cell_is_shown_with_its_line(
 
     code, out, err = cli(capsys, "runs", "show", str(failed_run))
     assert code == 0, err
-    assert f"run {failed_run}: divide v1, FAILED (max_attempts)" in out
+    assert f"run {failed_run}: divide v1, FAILED (notebook_error)" in out
     assert "ZeroDivisionError: division by zero" in out
     assert "cell 3, line 2: z / y" in out
     assert "show-worker" in out

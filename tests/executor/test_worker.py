@@ -27,10 +27,13 @@ from tests.notebooks import make_notebook
 
 
 def define(
-    db: Database, tmp_path: Path, name: str, body: str, parameters: str = "n = 10\n"
+    db: Database, tmp_path: Path, name: str, body: str, parameters: str = "n = 10\n", **block: Any
 ) -> None:
     path = make_notebook(
-        tmp_path / f"{name}.ipynb", parameters=parameters, body=body, nbcast={"name": name}
+        tmp_path / f"{name}.ipynb",
+        parameters=parameters,
+        body=body,
+        nbcast={"name": name, **block},
     )
     publish(db, path, caller=Caller(tenant="default", user="t"))
 
@@ -86,19 +89,44 @@ def test_a_run_executes_and_its_notebook_is_stored(db: Database, tmp_path: Path)
     assert attempt.duration_s > 0
 
 
-def test_a_failing_cell_is_retried_then_recorded(db: Database, tmp_path: Path) -> None:
+def test_the_notebooks_own_error_fails_the_run_after_one_attempt(
+    db: Database, tmp_path: Path
+) -> None:
+    """Another attempt would raise it again: no retry, reason ``notebook_error``."""
     define(db, tmp_path, "broken", "x = 1\nraise ValueError('bad data for ' + str(n))")
     with db.session() as session:
-        set_quota(session, "default", max_attempts=2)
+        set_quota(session, "default", max_attempts=3)
     run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "broken", {})
+    with LocalEngine(capacity=1, pool_size=1) as engine:
+        make_worker(db, tmp_path, engine).run(exit_when_idle=True)
+    run = run_state(db, run_id)
+    assert (run.state, run.attempt, run.reason) == ("FAILED", 1, "notebook_error")
+    assert run.error is not None
+    assert run.error["ename"] == "ValueError"
+    assert run.error["evalue"] == "bad data for 10"
+    assert run.error["cell_index"] == 1  # parameters cell, then the body (no injection)
+    assert [a.outcome for a in attempts(db, run_id)] == ["FAILED"]
+
+
+def test_an_error_the_definition_retries_on_is_retried_then_recorded(
+    db: Database, tmp_path: Path
+) -> None:
+    define(
+        db,
+        tmp_path,
+        "flaky",
+        "raise ConnectionError('the source is down')",
+        retry_on=["builtins.ConnectionError", "TimeoutError"],
+    )
+    with db.session() as session:
+        set_quota(session, "default", max_attempts=2)
+    run_id = run_now(db, SystemClock(), Caller(tenant="default", user="t"), "flaky", {})
     with LocalEngine(capacity=1, pool_size=1) as engine:
         make_worker(db, tmp_path, engine).run(exit_when_idle=True)
     run = run_state(db, run_id)
     assert (run.state, run.attempt, run.reason) == ("FAILED", 2, "max_attempts")
     assert run.error is not None
-    assert run.error["ename"] == "ValueError"
-    assert run.error["evalue"] == "bad data for 10"
-    assert run.error["cell_index"] == 1  # parameters cell, then the body (no injection)
+    assert run.error["ename"] == "ConnectionError"
     assert [a.outcome for a in attempts(db, run_id)] == ["FAILED", "FAILED"]
 
 

@@ -154,7 +154,7 @@ def test_an_outcome_the_database_refuses_does_not_hold_back_the_others(
         assert session.scalar(sa.select(sa.func.count()).select_from(WarehouseUsage)) == 0
     # ... or with the error as plain text.
     run = run_state(db, broken)
-    assert (run.state, run.reason, run.attempt) == ("FAILED", "max_attempts", 1)
+    assert (run.state, run.reason, run.attempt) == ("FAILED", "notebook_error", 1)
     assert run.error is not None
     assert run.error["ename"] == "ValueError"
     assert run.error["evalue"] == "bad\\0data"

@@ -178,7 +178,7 @@ def test_each_page_answers_for_its_tenant(server: LiveServer, seeded: Seeded) ->
                 "America/New_York",
                 "Next fire times",
                 f"#{seeded.failed_run}",
-                "max_attempts",
+                "notebook_error",
             ],
             f"/nbcast/runs/{seeded.failed_run}": [
                 "FAILED",
