@@ -27,6 +27,7 @@
     │   ├── UnknownRunError          no such run for this caller (also a NotFoundError)
     │   └── RunFinishedError         the run has ended already (also a ConflictError)
     ├── QueryLimitExceeded           a warehouse query hit its row, byte or time cap
+    │   └── BudgetExhausted          … or the tenant's daily warehouse budget
     └── DeliveryError                a report could not be rendered or delivered
         ├── RenderError              a renderer could not produce its format
         ├── ChannelError             a channel could not send
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDeniedError",
+    "BudgetExhausted",
     "ChannelError",
     "ConfigError",
     "ConflictError",
@@ -293,6 +295,16 @@ class QueryLimitExceeded(NbcastError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class BudgetExhausted(QueryLimitExceeded):
+    """A warehouse query would read past the tenant's daily budget (``limit``
+    ``budget``). Not the report's fault: the run is tried again once the budget starts
+    again (the executor retries it whatever the definition's ``retry_on``)."""
+
+    def __init__(self, cap: float, message: str) -> None:
+        super().__init__("budget", cap, message)
+        self.args = (cap, message)  # what pickling calls it with again
 
 
 class DeliveryError(NbcastError):

@@ -37,6 +37,7 @@ SAMPLES: dict[str, errors.NbcastError] = {
     "OutputTooLargeError": errors.OutputTooLargeError("cell 3 printed 9 MiB", 3),
     "LeaseLostError": errors.LeaseLostError("run 7 attempt 2"),
     "QueryLimitExceeded": errors.QueryLimitExceeded("rows", 1000, "1,001 rows > 1,000"),
+    "BudgetExhausted": errors.BudgetExhausted(1000, "past the daily warehouse budget"),
     "DeliveryError": errors.DeliveryError("delivery 4 failed"),
     "RenderError": errors.RenderError("pdf: the notebook has no cells"),
     "ChannelError": errors.ChannelError("email: connection refused"),

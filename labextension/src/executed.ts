@@ -16,6 +16,7 @@ import { IFrame } from '@jupyterlab/ui-components';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { api, runNotebookPage, type RunDetail } from './api';
+import { joinedNotebook } from './notebook_json';
 
 /** What Lab provides to draw a notebook. */
 export interface NotebookServices {
@@ -53,7 +54,7 @@ async function fill(content: Panel, run: RunDetail, services: NotebookServices):
     }
     const json = await api.runNotebook(run.id);
     const model = new NotebookModel();
-    model.fromJSON(json as any);
+    model.fromJSON(joinedNotebook(json) as any);
     const notebook = new Notebook({
       rendermime,
       contentFactory,

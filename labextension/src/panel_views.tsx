@@ -9,6 +9,7 @@ import * as React from 'react';
 import { api, renditionUrl, type RunDetail } from './api';
 import { NextFire, StateBadge, inZone } from './components';
 import type { PanelHost } from './panel_model';
+import { shownValue } from './values';
 
 const ACTIVE = new Set(['QUEUED', 'LEASED', 'RUNNING']);
 
@@ -186,7 +187,7 @@ function KeyValues(props: { data: Record<string, unknown> | null | undefined; la
             <tr key={k}>
               <th>{k}</th>
               <td>
-                <code>{typeof v === 'string' ? v : JSON.stringify(v)}</code>
+                <code>{shownValue(v)}</code>
               </td>
             </tr>
           ))}

@@ -408,12 +408,20 @@ def _execute(
     )
 
 
+ALWAYS_RETRIED = frozenset({"BudgetExhausted"})
+"""Exceptions raised in the kernel by nbcast's own code that are no fault of the report:
+the tenant's daily warehouse budget is spent (the run waits for the next day's)."""
+
+
 def retried_error(ename: str, retry_on: Sequence[str]) -> bool:
     """Whether the report's own exception ``ename`` (its class name as the kernel
     reports it) is one its definition retries: a name of ``retry_on``, or the last part
     of a dotted one (``requests.exceptions.Timeout`` names ``Timeout``). The kernel
-    reports a class name only, so a listed base class does not cover its subclasses."""
+    reports a class name only, so a listed base class does not cover its subclasses.
+    :data:`ALWAYS_RETRIED` is retried whatever ``retry_on`` says."""
     name = ename.rsplit(".", 1)[-1]
+    if name in ALWAYS_RETRIED:
+        return True
     return any(name == listed.rsplit(".", 1)[-1] for listed in retry_on)
 
 

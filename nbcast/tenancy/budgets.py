@@ -12,7 +12,7 @@ tenant's runs: their due QUEUED runs wait with reason ``budget`` — visible in 
 list``, the API and the status pages — until the next UTC day, when the use starts
 again from zero and the claim takes them as usual. Other tenants are not touched.
 Inside a run, a query that would read past the bytes left when its run was claimed
-fails with :class:`~nbcast.errors.QueryLimitExceeded` (``limit`` ``budget``). Runs
+fails with :class:`~nbcast.errors.BudgetExhausted` (``limit`` ``budget``). Runs
 already under way finish: a budget can be overshot by what the tenant's running runs
 use after it is spent (at most its concurrency quota times one run each).
 """

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from nbcast.errors import QueryLimitExceeded
+from nbcast.errors import BudgetExhausted, QueryLimitExceeded
 from nbcast.warehouse.context import Limits
 
 if TYPE_CHECKING:
@@ -142,8 +142,7 @@ class Budget:
             )
         left = limits.budget_bytes_left
         if left is not None and self.earlier_bytes + self.bytes > left:
-            raise QueryLimitExceeded(
-                "budget",
+            raise BudgetExhausted(
                 left,
                 f"query on connection {self.connection!r} would read past the tenant's daily "
                 f"warehouse budget ({left:,} bytes were left for this run); the budget "

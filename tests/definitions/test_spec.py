@@ -234,6 +234,7 @@ def test_a_stored_retry_on_that_no_longer_validates_retries_nothing() -> None:
         ("ValueError", ("ConnectionError",), False),
         ("ConnectionResetError", ("ConnectionError",), False),  # a class name, no hierarchy
         ("ValueError", (), False),
+        ("BudgetExhausted", (), True),  # the tenant's budget, not the report: always
     ],
 )
 def test_which_of_the_reports_exceptions_are_retried(

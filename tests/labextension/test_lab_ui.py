@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -349,6 +350,13 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
     parameters = view.locator("[data-section='Parameters']")
     assert text(parameters.locator("tr", has_text="region")) == "region EMEA"
     assert text(parameters.locator("tr", has_text="top_n")) == "top_n 5"
+    # The context: times to the second (no microseconds), a dash for nothing, never null.
+    context = text(view.locator("[data-section='Context']"))
+    assert "null" not in context
+    assert re.search(r"interval_end \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[+-]\d{2}:\d{2}", context), (
+        context
+    )
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d", context), context
     delivery = view.locator("tr[data-delivery='cfo@example.com']")
     delivery.wait_for()
     driver.wait_until(
@@ -392,6 +400,13 @@ def test_the_executed_notebook_and_a_rendition_open(driver: Any) -> None:
     notebook = executed.locator(".nbcast-ExecutedNotebook")
     notebook.locator("h1", has_text="Daily sales by region").wait_for()
     assert notebook.locator(".jp-OutputArea-output").count() > 0
+    # Outputs stored as lists of lines are drawn joined: no line of commas around a
+    # table (a list drawn as text is its items joined by commas).
+    tables = notebook.locator(".jp-OutputArea-output table")
+    assert tables.count() > 0
+    for output in notebook.locator(".jp-OutputArea-output").all():
+        lines = [line.strip() for line in output.inner_text().splitlines()]
+        assert not any(line and set(line) == {","} for line in lines), lines[:5]
     # Typing into a cell changes nothing (the cells are read-only).
     source = notebook.locator(".jp-CodeCell .cm-content").first
     before = source.inner_text()

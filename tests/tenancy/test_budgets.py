@@ -119,7 +119,7 @@ def test_a_query_past_the_days_budget_fails_and_the_tenant_then_waits_alone(
     assert (run.state, run.reason) == ("QUEUED", "budget")
     assert attempt.outcome == "FAILED"
     assert attempt.error is not None
-    assert attempt.error["ename"] == "QueryLimitExceeded"
+    assert attempt.error["ename"] == "BudgetExhausted"  # a QueryLimitExceeded, retried
     assert "daily warehouse budget" in attempt.error["evalue"]
     assert _run(db, other)[0].state == "SUCCEEDED"  # the other tenant has no budget
     spent = _usage(db, "acme")
