@@ -5,14 +5,20 @@ same for every attempt): which slot it is, the slot's *nominal* time — its wal
 the definition's zone, as an aware datetime — its fire instant, and its **data
 interval** ``[start, end)``:
 
-- a cron slot's interval runs from the previous slot's nominal time to its own, by the
-  schedule — every slot of the schedule, skipped and missed ones and both passes of a
-  kept fold included, so the intervals of consecutive slots tile time with neither a
-  gap nor an overlap, across DST changes too. The first slot has one as well: its
-  previous slot is looked up in the schedule even if it fell before the first publish
-  (or before ``start``). A DST-gap slot's nominal time is the instant after the gap,
-  where it fires (or would fire) — so gap slots that share that instant have empty
-  intervals, and the tiling still holds;
+- a cron slot's interval runs from the nominal time of the previous slot that fires to
+  its own, by the schedule. Every slot of the schedule counts — missed ones (a later
+  backfill reproduces a MISSED slot's own interval, and the next run's starts where
+  it ends) and both passes of a kept fold included — but a slot the schedule itself
+  skips for a DST gap (``gap: skip``, or ``auto`` on an at-least-hourly schedule):
+  it never runs, so its time goes to the next slot that does. An hourly New York
+  schedule on 2026-03-08 gives the 03:00 run ``[01:00 EST, 03:00 EDT)`` — the skipped
+  02:00's hour included — and ``30 2 * * *`` with ``gap: skip`` gives 9 March's run
+  the two days since 7 March's. So the intervals of consecutive slots that fire tile
+  time with neither a gap nor an overlap, across DST changes too (a skipped slot's
+  own interval, never used, ends at its nominal time like the others). The first slot
+  has one as well: its previous slot is looked up in the schedule even if it fell
+  before the first publish (or before ``start``). A DST-gap slot's nominal time is
+  the instant after the gap, where it fires (or would fire);
 - an interval schedule's (``every``) slot covers ``[fire_at - every, fire_at)``;
 - a manual run's nominal time is the instant it was asked for (``--at``, else when it
   was queued), and its interval is that of the slot whose interval holds that instant
@@ -35,7 +41,7 @@ from zoneinfo import ZoneInfo
 
 from nbcast.clock import format_instant
 from nbcast.definitions.bindings import Period, resolve_parameters
-from nbcast.definitions.compiler import CompiledSchedule, IntervalSchedule, Slot
+from nbcast.definitions.compiler import CompiledSchedule, IntervalSchedule, Slot, SlotStatus
 
 __all__ = [
     "context_of",
@@ -51,14 +57,15 @@ _UTC_ZONE = ZoneInfo("UTC")
 
 
 def _before(schedule: CompiledSchedule, slot: Slot) -> datetime | None:
-    """The nominal time of the slot just before ``slot`` in ``schedule``."""
+    """The nominal time of the last slot before ``slot`` in ``schedule`` that fires
+    (a DST-gap slot the schedule skips hands its time on: module docstring)."""
     span = timedelta(hours=1)
     key = (slot.fire_at, slot.key)
     while span <= _LOOKBACK_LIMIT:
         found = [
             s
             for s in schedule.slots(slot.fire_at - span, slot.fire_at + timedelta(microseconds=1))
-            if (s.fire_at, s.key) < key
+            if (s.fire_at, s.key) < key and s.status is not SlotStatus.skipped
         ]
         if found:
             return found[-1].local
@@ -81,7 +88,8 @@ def slot_periods(schedule: CompiledSchedule, zone: ZoneInfo, slots: Sequence[Slo
     for slot in slots:
         start = previous if previous is not None else slot.local
         periods.append(Period(slot.local, start, slot.local, zone))
-        previous = slot.local
+        if slot.status is not SlotStatus.skipped:
+            previous = slot.local
     return periods
 
 

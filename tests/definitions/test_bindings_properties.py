@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbcast.definitions.bindings import SNAPS, Period, parse_binding, resolve, resolve_parameters
-from nbcast.definitions.compiler import CompiledSchedule, Slot, interval_schedule
+from nbcast.definitions.compiler import CompiledSchedule, Slot, SlotStatus, interval_schedule
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.scheduler.period import context_of, slot_periods
 from tests.definitions import bindings_oracle as oracle
@@ -113,13 +113,15 @@ def schedules(draw: st.DrawFn) -> tuple[ScheduleSpec, datetime]:
 
 
 def _previous_fire(schedule: CompiledSchedule, slot: Slot) -> datetime:
-    """The fire instant of the slot before ``slot``, walking back a year."""
+    """The fire instant of the last slot before ``slot`` that fires (not one the
+    schedule skips for a DST gap), walking back a year."""
     earlier = list(schedule.slots(slot.fire_at - timedelta(days=400), slot.fire_at))
     earlier += [
         s
         for s in schedule.slots(slot.fire_at, slot.fire_at + timedelta(microseconds=1))
         if s.key < slot.key
     ]
+    earlier = [s for s in earlier if s.status is not SlotStatus.skipped]
     assert earlier, "every window's schedule fires within a year before it"
     return earlier[-1].fire_at
 
@@ -127,9 +129,10 @@ def _previous_fire(schedule: CompiledSchedule, slot: Slot) -> datetime:
 def _bases(
     spec: ScheduleSpec, schedule: CompiledSchedule, slots: list[Slot]
 ) -> list[dict[str, datetime]]:
-    """Each slot's base instants, by the rules DESIGN.md states (not via nbcast's
-    period code): the nominal time and the interval's end are the fire instant, the
-    interval's start the previous slot's fire instant (interval schedules: ``every``
+    """Each slot's base instants, by the rules DESIGN.md and the README state (not via
+    nbcast's period code): the nominal time and the interval's end are the fire
+    instant, the interval's start the fire instant of the previous slot that fires — a
+    slot skipped for a DST gap hands its time on (interval schedules: ``every``
     before)."""
     bases = []
     previous = _previous_fire(schedule, slots[0]) if spec.every is None else None
@@ -140,7 +143,8 @@ def _bases(
             assert previous is not None
             start = previous
         bases.append({"slot": slot.fire_at, "interval_start": start, "interval_end": slot.fire_at})
-        previous = slot.fire_at
+        if slot.status is not SlotStatus.skipped:
+            previous = slot.fire_at
     return bases
 
 
@@ -246,8 +250,13 @@ def test_resolved_intervals_of_consecutive_slots_tile_time(
         assert _instant(value["slot"]) == _instant(value["end"]) == slot.fire_at
         assert datetime.strptime(value["end_z"], "%Y-%m-%dT%H:%M:%S%z") == slot.fire_at
         assert _instant(value["start"]) <= _instant(value["end"])
-    for before, after in itertools.pairwise(values):
-        assert _instant(after["start"]) == _instant(before["end"])  # no gap, no overlap
+    # The slots that fire tile time: no gap, no overlap (a slot skipped for a DST gap
+    # hands its time on to the next one that fires).
+    fired = [
+        v for slot, v in zip(slots, values, strict=True) if slot.status is not SlotStatus.skipped
+    ]
+    for before, after in itertools.pairwise(fired):
+        assert _instant(after["start"]) == _instant(before["end"])
 
 
 def _stored_period(context: dict[str, Any]) -> Period:

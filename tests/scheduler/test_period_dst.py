@@ -155,6 +155,28 @@ def test_a_binding_across_a_dst_change(case: Case) -> None:
     assert resolve(parse_binding(case.binding, "p"), period) == case.expected
 
 
+# -- a slot skipped for a DST gap hands its time on ----------------------------------
+
+
+def test_the_run_after_a_skipped_gap_hour_covers_that_hour() -> None:
+    hourly = ScheduleSpec(cron="0 * * * *", timezone=NY)  # gap auto: skip (hourly)
+    after = _period_of(hourly, "2026-03-08T03:00")
+    assert after.interval_start.isoformat() == "2026-03-08T01:00:00-05:00"
+    assert after.interval_end.isoformat() == "2026-03-08T03:00:00-04:00"
+    before = _period_of(hourly, "2026-03-08T01:00")
+    assert before.interval_start.isoformat() == "2026-03-08T00:00:00-05:00"
+
+
+def test_the_run_after_a_skipped_gap_day_covers_that_day() -> None:
+    daily = ScheduleSpec(cron="30 2 * * *", timezone=NY, dst_gap=DstGap.skip)
+    after = _period_of(daily, "2026-03-09T02:30")
+    assert after.interval_start.isoformat() == "2026-03-07T02:30:00-05:00"
+    assert after.interval_end.isoformat() == "2026-03-09T02:30:00-04:00"
+    # Under shift the gap slot fires, and keeps its own day.
+    shifted = _period_of(_daily("30 2 * * *", NY), "2026-03-09T02:30")
+    assert shifted.interval_start.isoformat() == "2026-03-08T03:00:00-04:00"
+
+
 # -- a fold slot's run, retried through the database ---------------------------------
 
 BOUND = {
