@@ -9,6 +9,7 @@
     ctx.nominal           # 2026-11-02 07:00+01:00 (aware, the definition's zone)
     ctx.interval_start    # 2026-10-30 07:00+01:00 — the data interval [start, end)
     ctx.interval_end      # 2026-11-02 07:00+01:00
+    ctx.missed_before     # 0 — MISSED slots right before this one
 
 The context travels with the run, like its parameters: the executor writes it into
 the run-context file it points ``NBCAST_RUN_CONTEXT`` at before the notebook's first
@@ -51,6 +52,10 @@ class RunContext:
     """When the slot fires, UTC."""
     interval_start: datetime
     interval_end: datetime
+    missed_before: int = 0
+    """MISSED slots right before this run's (the scheduler was down, say): its interval
+    starts where theirs end, so a report that should cover them widens its own query —
+    or an admin backfills them."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form, as the executed notebook's metadata records it."""
@@ -67,6 +72,7 @@ class RunContext:
             "fire_at": self.fire_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
             "interval_start": self.interval_start.isoformat(),
             "interval_end": self.interval_end.isoformat(),
+            "missed_before": self.missed_before,
         }
 
     @classmethod
@@ -85,7 +91,12 @@ class RunContext:
             fire_at=_instant(data["fire_at"]),
             interval_start=_instant(data["interval_start"]),
             interval_end=_instant(data["interval_end"]),
+            missed_before=_count(data.get("missed_before")),
         )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _instant(text: str) -> datetime:

@@ -270,7 +270,10 @@ def slot_rows(
     """The ``runs`` rows of decided slots (consecutive slots, in fire order): one per
     slot and audience (module docstring), pinned to the plan's version, with the
     audience's parameters — bindings resolved for each slot's period — and the run
-    context; serial unless the overlap policy is ``allow`` (backfills always are)."""
+    context; serial unless the overlap policy is ``allow`` (backfills always are). A
+    run that follows MISSED slots of the same pass says how many in its context
+    (``missed_before``): its own interval starts where theirs end, and a report that
+    should cover them can widen its query or the admin backfill them."""
     schedule = plan.schedule or ScheduleSpec()
     decided = list(decisions)
     if plan.intervals is None:
@@ -278,6 +281,7 @@ def slot_rows(
     else:
         periods = list(slot_periods(plan.intervals, plan.zone, [d.slot for d in decided]))
     rows = []
+    missed = 0  # MISSED slots just before this one, in this pass
     for d, period in zip(decided, periods, strict=True):
         row = _row(definition_id, plan, schedule, d, kind, now)
         for audience in plan.audiences:
@@ -289,6 +293,8 @@ def slot_rows(
                 fire_at=d.slot.fire_at,
                 bound=plan.bound,
             )
+            if context is not None and missed and d.state is RunState.QUEUED:
+                context = {**context, "missed_before": missed}
             rows.append(
                 {
                     **row,
@@ -298,6 +304,7 @@ def slot_rows(
                     "context": context,
                 }
             )
+        missed = missed + 1 if d.state is RunState.MISSED else 0
     return rows
 
 

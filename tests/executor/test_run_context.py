@@ -96,7 +96,8 @@ def test_a_scheduled_run_sees_its_slot_and_period(db: Database, tmp_path: Path) 
     # The bound parameter comes from the same slot: the business day before Monday.
     assert seen["report_date"] == "2026-10-23"
     assert (seen["definition"], seen["run_id"], seen["attempt"]) == ("berlin-daily", run.id, 1)
-    assert recorded == {k: v for k, v in seen.items() if k != "report_date"}
+    assert seen["missed_before"] == 0  # none missed before it (stored only when some were)
+    assert recorded == {k: v for k, v in seen.items() if k not in ("report_date", "missed_before")}
     assert run.context is not None
     assert {k: run.context[k] for k in ("interval_start", "interval_end", "slot_key")} == {
         k: seen[k] for k in ("interval_start", "interval_end", "slot_key")
@@ -125,3 +126,21 @@ def test_a_manual_run_sees_the_period_it_was_asked_for(db: Database, tmp_path: P
         "2026-11-04T07:00:00+01:00",
     )
     assert recorded["run_id"] == run_id
+
+
+def test_the_kernels_context_says_how_many_slots_before_it_were_missed() -> None:
+    from nbcast.run_context import RunContext
+
+    stored = {
+        "kind": "scheduled",
+        "slot_key": "2026-11-01T02:00",
+        "timezone": "America/New_York",
+        "nominal": "2026-11-01T02:00:00-05:00",
+        "fire_at": "2026-11-01T07:00:00Z",
+        "interval_start": "2026-11-01T01:30:00-05:00",
+        "interval_end": "2026-11-01T02:00:00-05:00",
+    }
+    assert RunContext.from_json(stored).missed_before == 0
+    assert RunContext.from_json({**stored, "missed_before": 5}).missed_before == 5
+    for odd in (-1, True, "5", 2.5, None):
+        assert RunContext.from_json({**stored, "missed_before": odd}).missed_before == 0

@@ -145,6 +145,14 @@ def test_outage_across_the_new_york_fold(
     ]
     assert got[-1][1:] == ("QUEUED", None)  # on time
     assert Counter((s, r) for _, s, r in got[:-1]) == expected
+    # The run says how many slots right before it were missed (and keeps its own
+    # interval: the missed slots keep theirs, for a backfill to reproduce).
+    with db.session() as session:
+        contexts = dict(session.execute(sa.select(Run.slot_key, Run.context)).tuples().all())
+    missed_last = {"run_latest": 5, "run_all": 2, "skip": 5}[policy]  # run_all: the first 3 run
+    assert contexts["2026-11-01T02:00"].get("missed_before", 0) == missed_last
+    assert contexts["2026-11-01T02:00"]["interval_start"] == "2026-11-01T01:30:00-05:00"
+    assert all("missed_before" not in c for k, c in contexts.items() if k != "2026-11-01T02:00")
 
 
 def test_a_new_schedule_takes_effect_after_the_watermark(db: Database, tmp_path: Path) -> None:
