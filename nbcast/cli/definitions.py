@@ -130,11 +130,22 @@ def definitions_show(app: AppContext, name: str, number: int | None, as_json: bo
     click.echo(f"{info.definition} v{info.version}  sha256 {info.sha256}")
     click.echo(f"author {info.author}, {when(info.created_at)}: {info.message or '-'}")
     click.echo(f"scheduler: {_status(status)}, next fire {when(status.next_fire_at) or '-'}")
+    schema_of = {p.name: p for p in info.schema}
     table(
         "parameters",
-        ["name", "type", "default", "help"],
-        [(p.name, p.type, json.dumps(p.default), p.help) for p in info.schema],
-        wrap=["default"],
+        ["name", "type", "runs with", "from", "default", "help"],
+        [
+            (
+                p.name,
+                schema_of[p.name].type,
+                json.dumps(p.value),
+                p.source,
+                json.dumps(p.default) if p.overridden else "",
+                schema_of[p.name].help,
+            )
+            for p in info.effective
+        ],
+        wrap=["runs with", "default"],
     )
     click.echo("nbcast metadata:")
     click.echo(json.dumps(info.block, indent=2, ensure_ascii=False))

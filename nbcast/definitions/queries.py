@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.clock import format_instant
+from nbcast.definitions.effective import EffectiveParameter, effective_parameters
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import Parameter, schema_from_json
 from nbcast.definitions.recipients import Disclosure, disclosure
@@ -58,6 +59,13 @@ class VersionInfo:
     block: dict[str, Any] = named("nbcast")
     """The version's ``nbcast`` metadata block."""
     notebook_json: str = internal()
+    effective: tuple[EffectiveParameter, ...] = named("effective_parameters", default=())
+    """What its runs get for each parameter — the metadata block's value or binding over
+    the cell's default (:mod:`nbcast.definitions.effective`)."""
+
+    def __post_init__(self) -> None:
+        if not self.effective and self.schema:
+            object.__setattr__(self, "effective", effective_parameters(self.schema, self.block))
 
     @property
     def notebook(self) -> dict[str, Any]:
@@ -80,6 +88,7 @@ class VersionInfo:
             "created_at": format_instant(self.created_at),
             "parameters": [p.to_json() for p in self.schema],
             "nbcast": self.block,
+            "effective_parameters": [e.to_json() for e in self.effective],
         }
         if with_notebook:
             data["notebook"] = self.notebook

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.db import Database
+from nbcast.definitions.effective import hidden_default_changes
 from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.notebook import (
     LoadedNotebook,
@@ -47,6 +48,7 @@ from nbcast.definitions.notebook import (
 from nbcast.definitions.parameters import (
     Parameter,
     parse_parameters_cell,
+    schema_from_json,
     schema_to_json,
 )
 from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
@@ -242,6 +244,12 @@ def publish(
                 given=prepared.source_path,
             )
         latest = _latest(session, definition)
+        if latest is not None:  # a changed default the block hides: say so (effective.py)
+            previous = schema_from_json(latest.parameter_schema or [])
+            warnings = (
+                *warnings,
+                *hidden_default_changes(previous, prepared.schema, prepared.block),
+            )
         if latest is not None and latest.sha256 == prepared.sha256:
             return PublishResult(
                 definition=prepared.name,

@@ -106,6 +106,8 @@ export interface DefinitionDetail {
   parameters: Parameter[];
   /** The version's `nbcast` metadata block. */
   nbcast: Record<string, unknown>;
+  /** What its runs get for each parameter — the metadata block's value or binding over the cell's default (`effective`). */
+  effective_parameters: EffectiveParameter[];
   paused: boolean;
   next_fire_at: string | null;
   /** Why the scheduler could not materialize it lately (it is retried with backoff). */
@@ -201,6 +203,8 @@ export interface DefinitionVersion {
   parameters: Parameter[];
   /** The version's `nbcast` metadata block. */
   nbcast: Record<string, unknown>;
+  /** What its runs get for each parameter — the metadata block's value or binding over the cell's default (`effective`). */
+  effective_parameters: EffectiveParameter[];
 }
 
 export interface DefinitionVersionList {
@@ -246,6 +250,17 @@ export interface DeliveryPage {
   items: Delivery[];
   /** The next page's `after` (null: this is the last page) */
   next: string | null;
+}
+
+/** A parameter as the version's runs get it: the metadata block's value or binding over the cell's default. */
+export interface EffectiveParameter {
+  name: string;
+  /** What a run gets (a binding as written: resolved per slot) */
+  value: unknown;
+  /** `metadata` (the block's literal), `binding` (the block's binding, resolved per slot) or `default` (the cell's). */
+  source: "metadata" | "binding" | "default";
+  /** The cell's default, for comparison */
+  default: unknown;
 }
 
 export interface EmbeddedService {

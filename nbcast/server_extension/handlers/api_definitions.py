@@ -37,6 +37,7 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
+from nbcast.definitions.effective import EffectiveParameter
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
 from nbcast.definitions.parameters import Parameter
 from nbcast.definitions.queries import VersionInfo, get_version, list_versions
@@ -142,6 +143,17 @@ PARAMETER = record_schema(
     description="A parameter as the version's `parameters` cell declares it.",
     overrides={"default": {"description": "The default as written in the cell (a JSON value)"}},
 )
+EFFECTIVE = record_schema(
+    "EffectiveParameter",
+    EffectiveParameter,
+    description="A parameter as the version's runs get it: the metadata block's value or "
+    "binding over the cell's default.",
+    overrides={
+        "value": {"description": "What a run gets (a binding as written: resolved per slot)"},
+        "source": {"type": "string", "enum": ["metadata", "binding", "default"]},
+        "default": {"description": "The cell's default, for comparison"},
+    },
+)
 _VERSION_OVERRIDES: dict[str, Any] = {
     "version": {"type": "integer", "minimum": 1},
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
@@ -150,7 +162,7 @@ VERSION = record_schema(
     "DefinitionVersion",
     VersionInfo,
     description="One published version of a definition.",
-    refs={Parameter: PARAMETER},
+    refs={Parameter: PARAMETER, EffectiveParameter: EFFECTIVE},
     overrides=_VERSION_OVERRIDES,
 )
 VERSION_LIST = schema(
@@ -164,7 +176,12 @@ VERSION_LIST = schema(
 DETAIL = record_schema(
     "DefinitionDetail",
     DefinitionDetail,
-    refs={Parameter: PARAMETER, LastRun: LAST_RUN, UpcomingFire: UPCOMING},
+    refs={
+        Parameter: PARAMETER,
+        EffectiveParameter: EFFECTIVE,
+        LastRun: LAST_RUN,
+        UpcomingFire: UPCOMING,
+    },
     overrides={
         **_VERSION_OVERRIDES,
         "latest_version": {"type": "integer", "minimum": 1},
