@@ -102,6 +102,9 @@ def nbcast(*args: str, env: dict[str, str], echo: bool = True, timeout: float | 
         ) from None
     if echo:
         sys.stdout.write(done.stdout)
+        # What nbcast warns about (a changed default the metadata block hides, say).
+        warned = [line for line in done.stderr.splitlines(True) if line.startswith("warning:")]
+        sys.stdout.write("".join(warned))
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         raise SystemExit(f"demo failed: nbcast {' '.join(args)} exited {done.returncode}")
