@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from nbcast.definitions.audiences import BASE, Audience, audiences
+from nbcast.definitions.audiences import Audience, audiences
 from nbcast.definitions.bindings import is_binding
 from nbcast.definitions.compiler import CompiledSchedule, compile_schedule, interval_schedule
 from nbcast.definitions.parameters import Parameter, schema_from_json
@@ -35,7 +35,6 @@ from nbcast.definitions.spec import ReportSpec, ScheduleSpec, parse_spec
 from nbcast.errors import NbcastError
 
 __all__ = [
-    "BASE_AUDIENCE",
     "CACHED_VERSIONS",
     "CompiledVersion",
     "compile_retry_on",
@@ -96,10 +95,6 @@ class CompiledVersion:
         if not audience.parameters:
             return self.spec.parameters
         return {**self.spec.parameters, **audience.parameters}
-
-
-BASE_AUDIENCE = Audience(key=BASE, parameters={}, row_filter={}, subscriptions=())
-"""The one audience of a version without subscriptions."""
 
 
 def compile_version(block: Any, schema: Any, *, sha256: str | None = None) -> CompiledVersion:

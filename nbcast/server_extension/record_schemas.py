@@ -40,20 +40,10 @@ from nbcast.server_extension.openapi import INSTANT, schema
 __all__ = ["record_definition", "record_schema"]
 
 
-def record_schema(
-    name: str,
-    record: type,
-    *,
-    description: str | None = None,
-    overrides: Mapping[str, dict[str, Any]] | None = None,
-    refs: Mapping[type, dict[str, Any]] | None = None,
-    json_names: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Register the component ``name`` for the dataclass ``record``; return its ``$ref``."""
-    definition = record_definition(
-        record, description=description, overrides=overrides, refs=refs, json_names=json_names
-    )
-    return schema(name, definition)
+def record_schema(name: str, record: type, **options: Any) -> dict[str, Any]:
+    """Register the component ``name`` for the dataclass ``record`` (``options`` as for
+    :func:`record_definition`); return its ``$ref``."""
+    return schema(name, record_definition(record, **options))
 
 
 def record_definition(

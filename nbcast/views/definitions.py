@@ -114,18 +114,17 @@ class DefinitionRecord:
         }
 
 
-def _schedule_summary(block: dict[str, Any]) -> tuple[str, str]:
-    schedule = block.get("schedule") or {}
-    zone = str(schedule.get("timezone", "UTC"))
-    what = schedule.get("cron") or (f"every {schedule['every']}" if "every" in schedule else "")
-    return (f"{what} ({zone})" if what else "manual"), zone
-
-
-def _cron_and_every(block: dict[str, Any]) -> tuple[str | None, str | None]:
+def _schedule_fields(block: dict[str, Any]) -> tuple[str, str, str | None, str | None]:
+    """The list's view of a stored block's schedule: its summary ('<cron or every …>
+    (<zone>)' or 'manual'), zone, cron and every."""
     found = block.get("schedule")
     schedule: dict[str, Any] = found if isinstance(found, dict) else {}
+    zone = str(schedule.get("timezone", "UTC"))
     cron, every = schedule.get("cron"), schedule.get("every")
-    return (cron if isinstance(cron, str) else None), (str(every) if every is not None else None)
+    cron = cron if isinstance(cron, str) else None
+    every = str(every) if every is not None else None
+    what = cron or (f"every {every}" if every is not None else "")
+    return (f"{what} ({zone})" if what else "manual"), zone, cron, every
 
 
 def _records(
@@ -158,8 +157,7 @@ def _records(
             last[definition_id] = session.execute(newest, {"d": definition_id}).first()
     records = []
     for d, v, state in rows:
-        summary, zone = _schedule_summary(v.spec)
-        cron, every = _cron_and_every(v.spec)
+        summary, zone, cron, every = _schedule_fields(v.spec)
         fires, fires_error = next_fires(v.spec, now)
         run = last.get(d.id)
         records.append(

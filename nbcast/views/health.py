@@ -110,7 +110,7 @@ class Health:
 
     def alive_count(self, kind: str) -> int:
         """How many services of ``kind`` are alive (any kind, required or not)."""
-        return sum(1 for s in self.services if s.kind == kind and s.alive)
+        return _alive(self.services, kind)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
@@ -122,6 +122,10 @@ class Health:
             "unsandboxed_workers": list(self.unsandboxed_workers),
             "services": [s.to_json() for s in self.services],
         }
+
+
+def _alive(services: list[ServiceRecord], kind: str) -> int:
+    return sum(1 for s in services if s.kind == kind and s.alive)
 
 
 def health(session: Session, now: datetime) -> Health:
@@ -160,7 +164,7 @@ def health(session: Session, now: datetime) -> Health:
     )
     lag = (now - oldest_due).total_seconds() if oldest_due is not None else 0.0
     lag = max(lag, 0.0)
-    alive = {k: sum(1 for s in services if s.kind == k and s.alive) for k in REQUIRED_KINDS}
+    alive = {k: _alive(services, k) for k in REQUIRED_KINDS}
     return Health(
         ok=all(alive.values()) and lag < 60,
         checked_at=now,

@@ -39,6 +39,16 @@ ERROR = ErrorInfo(
     line_number=2,
     source_line="x = 1 / 0",
 )
+ATTEMPT = AttemptRecord(
+    attempt=1,
+    outcome="FAILED",
+    worker="w",
+    host="h",
+    engine="local",
+    started_at=AT,
+    duration_s=1.5,
+    error=ERROR,
+)
 OPEN = OpenRecord(
     link_id=5,
     run_id=7,
@@ -135,22 +145,7 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
         ),
         (
             "Attempt",
-            AttemptRecord(
-                attempt=1,
-                outcome="FAILED",
-                worker="w",
-                host="h",
-                engine="local",
-                started_at=AT,
-                duration_s=1.5,
-                error=ErrorInfo(
-                    ename="ZeroDivisionError",
-                    evalue="division by zero",
-                    cell_index=3,
-                    line_number=2,
-                    source_line="x = 1 / 0",
-                ),
-            ),
+            ATTEMPT,
         ),
         ("RunError", ErrorInfo(reason="lost", message="the lease expired")),
         (
@@ -278,18 +273,7 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
                 notebook_sha256="c" * 64,
                 error=ERROR,
                 context={"slot_key": "2026-11-02T07:00"},
-                attempts=[
-                    AttemptRecord(
-                        attempt=1,
-                        outcome="FAILED",
-                        worker="w",
-                        host="h",
-                        engine="local",
-                        started_at=AT,
-                        duration_s=1.5,
-                        error=ERROR,
-                    )
-                ],
+                attempts=[ATTEMPT],
                 renditions=[],
                 deliveries=[],
                 link_opens=[OPEN],
