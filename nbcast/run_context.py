@@ -56,6 +56,11 @@ class RunContext:
     """MISSED slots right before this run's (the scheduler was down, say): its interval
     starts where theirs end, so a report that should cover them widens its own query —
     or an admin backfills them."""
+    test: bool = False
+    """A test run (``nbcast run --test``): it goes to no subscriber. A dry run of a slot
+    otherwise sees exactly that slot's context, so it runs what the slot will run; a
+    report with side effects of its own (writing a table, calling a service) should
+    skip them when this is true."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form, as the executed notebook's metadata records it."""
@@ -73,6 +78,7 @@ class RunContext:
             "interval_start": self.interval_start.isoformat(),
             "interval_end": self.interval_end.isoformat(),
             "missed_before": self.missed_before,
+            "test": self.test,
         }
 
     @classmethod
@@ -92,6 +98,7 @@ class RunContext:
             interval_start=_instant(data["interval_start"]),
             interval_end=_instant(data["interval_end"]),
             missed_before=_count(data.get("missed_before")),
+            test=data.get("test") is True,
         )
 
 

@@ -172,3 +172,59 @@ def test_db_upgrade(capsys: pytest.CaptureFixture[str], nbcast_home: Path) -> No
     assert code == 0
     assert "-> 0001" in out or "-> " in out
     assert (nbcast_home / "nbcast.db").exists()
+
+
+def test_diff_opens_with_what_changes_and_colours_when_asked_even_piped(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's daily-sales v2 in small: the cell's default changes, the block's
+    value is what runs — the summary says so first, flagged; then unified hunks."""
+    block = {"parameters": {"top_n": 15}, "schedule": {"cron": "0 7 * * 1-5"}}
+    path = make_notebook(tmp_path / "sales.ipynb", 'region = "EMEA"\ntop_n = 10\n', nbcast=block)
+    run(capsys, "publish", str(path))
+    make_notebook(path, 'region = "EMEA"\ntop_n = 5\n', nbcast=block)
+    code, _, err = run(capsys, "publish", str(path))
+    assert "warning: parameters.top_n: the default changed 10 → 5, but runs use 15" in err
+    code, out, _ = run(capsys, "diff", "sales", "1", "2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "## What changes for recipients (sales v1 → v2)",
+        "Parameters:",
+        "  ! top_n: default 10 → 5; runs still use 15 from the metadata block",
+    ]
+    assert "@@ -1,2 +1,2 @@" in out  # then the code, as unified hunks
+    assert "\x1b[" not in out  # capsys is not a terminal: no colour by default
+    code, out, _ = run(capsys, "diff", "sales", "1", "2", "--color")
+    assert "\x1b[33m  ! top_n" in out
+    assert "\x1b[31m-  top_n = 10" in out
+    code, out, _ = run(capsys, "diff", "sales", "1", "2", "--json")
+    assert json.loads(out)["summary"]["items"][0]["warning"] is True
+
+
+def test_run_test_and_a_dry_run_of_a_slot(
+    use_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    block = {
+        "schedule": {"cron": "0 7 * * *", "timezone": "Europe/Berlin"},
+        "subscriptions": [{"channel": "email", "to": "cfo@example.com"}],
+    }
+    path = make_notebook(tmp_path / "sales.ipynb", nbcast=block)
+    run(capsys, "publish", str(path))
+    code, out, _ = run(capsys, "run", "sales", "--test", "--to", "me@example.com")
+    assert code == 0
+    assert "queued a test run of sales v1: run 1" in out
+    assert "it goes only to me@example.com, marked TEST" in out
+    code, out, _ = run(capsys, "run", "sales", "--test", "--slot", "2099-01-05T07:00", "--json")
+    assert code == 0
+    (dry,) = json.loads(out)["runs"]
+    assert (dry["kind"], dry["slot_key"], dry["to"]) == ("test", "2099-01-05T07:00", [])
+    code, out, _ = run(capsys, "runs", "show", str(dry["id"]))
+    assert "2099-01-05T07:00 (a dry run of it)" in out
+    assert "no one (TEST)" in out
+    code, out, _ = run(capsys, "runs", "list", "--kind", "test", "--json")
+    assert [r["test_to"] for r in json.loads(out)] == [["me@example.com"], []]
+    code, _, err = run(capsys, "run", "sales", "--to", "me@example.com")
+    assert (code, err.strip()) == (2, "error: --to, --slot, --as and --version go with --test")
+    code, _, err = run(capsys, "run", "sales", "--test", "--slot", "2099-01-05T08:00")
+    assert (code, err.strip()) == (2, "error: the schedule has no slot '2099-01-05T08:00'")

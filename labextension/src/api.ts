@@ -194,7 +194,7 @@ export const api = {
   },
   definition: (name: string) => requestAPI<DefinitionDetail>(`definitions/${enc(name)}`),
   diffForNbdime: (name: string, a: number, b: number) =>
-    requestAPI<{ base: unknown; diff: unknown[] }>(`definitions/${enc(name)}/diff`, {}, {
+    requestAPI<{ base: unknown; diff: unknown[]; summary?: ReviewSummary }>(`definitions/${enc(name)}/diff`, {}, {
       a: String(a),
       b: String(b),
       format: 'nbdime'
@@ -217,10 +217,10 @@ export const api = {
     requestAPI<PreviewRow[]>('schedule/preview', {}, query),
   pause: (name: string) => requestAPI<unknown>(`definitions/${enc(name)}/pause`, post()),
   resume: (name: string) => requestAPI<unknown>(`definitions/${enc(name)}/resume`, post()),
-  runNow: (name: string, parameters: Record<string, unknown>) =>
-    requestAPI<{ definition: string; run_ids: number[] }>(
+  runNow: (name: string, parameters: Record<string, unknown>, test?: TestOptions) =>
+    requestAPI<RunCreated>(
       `definitions/${enc(name)}/runs`,
-      post({ parameters })
+      post({ ...(Object.keys(parameters).length ? { parameters } : {}), ...(test ? { test: true, ...test } : {}) })
     ),
   backfill: (name: string, from: string, until: string) =>
     requestAPI<{ slots: number; inserted: number; already_recorded: number }>(
@@ -231,6 +231,15 @@ export const api = {
   retryDeliveries: (id: number) =>
     requestAPI<{ run: number; retried: number }>(`runs/${id}/deliveries/retry`, post())
 };
+
+/** What a test run is asked to do (none of it: a test run to the caller's own address). */
+export type TestOptions = Pick<schema.DefinitionRunRequest, 'to' | 'slot' | 'as' | 'version'>;
+
+/** What run now answers: the runs queued, and for test runs where they go. */
+export type RunCreated = schema.DefinitionRunCreated;
+
+/** What a version changes for recipients, before its code (the API's review summary). */
+export type ReviewSummary = schema.ReviewSummary;
 
 /** The status UI's page of a run's executed notebook (sandboxed HTML, framable by Lab). */
 export const runNotebookPage = (id: number): string => nbcastUrl(`nbcast/runs/${id}/notebook.html`);

@@ -5,6 +5,11 @@
  * `GET /definitions/{name}/diff?format=nbdime` — version a's stored notebook and
  * nbdime's structured diff to version b (computed, bounded, on the server).
  *
+ * Above it, what changes for recipients — effective parameters (a default the
+ * metadata block hides is flagged), schedule with its next fires, recipients, outputs —
+ * from the same answer's `summary`, so a metadata change never hides in nbdime's
+ * collapsed "Notebook metadata changed" row.
+ *
  * Outputs are rendered with Lab's rendermime registry, untrusted (stored versions have
  * no outputs anyway). Should nbdime's widget fail (a diff it cannot lay out), the tab
  * falls back to the server's script-free HTML rendering of the same diff.
@@ -16,7 +21,56 @@ import { Panel, Widget } from '@lumino/widgets';
 import { NotebookDiffModel } from 'nbdime/lib/diff/model';
 import { NotebookDiffWidget } from 'nbdime/lib/diff/widget';
 
-import { api, diffPage } from './api';
+import { api, diffPage, type ReviewSummary } from './api';
+
+const SECTIONS = ['parameters', 'schedule', 'recipients', 'outputs', 'settings', 'code'];
+
+/** The review summary as a widget: a list per section, warnings marked. */
+export function summaryWidget(summary: ReviewSummary): Widget {
+  const node = document.createElement('section');
+  node.className = 'nbcast-ReviewSummary';
+  const title = document.createElement('h3');
+  title.textContent = 'What changes for recipients';
+  node.append(title);
+  if (!summary.items.length) {
+    const none = document.createElement('p');
+    none.className = 'nbcast-Hint';
+    none.textContent = 'Nothing that recipients receive changes.';
+    node.append(none);
+  }
+  for (const section of SECTIONS) {
+    const items = summary.items.filter(i => i.section === section);
+    if (!items.length) continue;
+    const head = document.createElement('h4');
+    head.textContent = section[0].toUpperCase() + section.slice(1);
+    const list = document.createElement('ul');
+    list.dataset.section = section;
+    for (const item of items) {
+      const li = document.createElement('li');
+      li.textContent = item.text;
+      if (item.warning) li.className = 'nbcast-ReviewWarning';
+      list.append(li);
+    }
+    if (section === 'schedule' && (summary.fires_before.length || summary.fires_after.length)) {
+      for (const [label, fires] of [
+        ['next fires before', summary.fires_before],
+        ['next fires after', summary.fires_after]
+      ] as const) {
+        const li = document.createElement('li');
+        li.className = 'nbcast-Hint';
+        li.textContent = `${label}: ${fires.join(', ') || 'none'}`;
+        list.append(li);
+      }
+    }
+    node.append(head, list);
+  }
+  if (summary.more) {
+    const more = document.createElement('p');
+    more.textContent = `… and ${summary.more} more changes`;
+    node.append(more);
+  }
+  return new Widget({ node });
+}
 
 function header(text: string, hint: string, content?: Panel): Widget {
   const node = document.createElement('div');
@@ -82,6 +136,7 @@ async function render(
         content
       )
     );
+    if (answer.summary) content.addWidget(summaryWidget(answer.summary));
     const model = new NotebookDiffModel(answer.base as any, answer.diff as any);
     const view = new NotebookDiffWidget({ model, rendermime });
     view.addClass('nbcast-NbdimeDiff');

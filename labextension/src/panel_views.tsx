@@ -155,13 +155,16 @@ export function DefinitionView(props: { panel: PanelHost }): JSX.Element {
                 key={r.id}
                 data-run={r.id}
                 data-state={r.state}
+                data-kind={r.kind}
                 className="nbcast-Clickable"
                 onClick={() => panel.go({ kind: 'run', name: name, id: r.id })}
               >
                 <td>{r.id}</td>
                 <td>
                   {inZone(r.fire_at, d.timezone)}
-                  <div className="nbcast-Hint">{r.kind}</div>
+                  <div className="nbcast-Hint">
+                    {r.kind === 'test' ? <span className="nbcast-TestBadge">TEST</span> : null} {testLine(r)}
+                  </div>
                 </td>
                 <td>
                   <StateBadge state={r.state} reason={r.reason} />
@@ -221,7 +224,8 @@ export function RunView(props: { panel: PanelHost }): JSX.Element {
         Run {run.id} <StateBadge state={run.state} reason={run.reason} />
       </h3>
       <div className="nbcast-Hint">
-        {run.kind} · {run.slot_key ?? 'no slot'} · fires {inZone(run.fire_at, zone)} · version {run.version}
+        {run.kind === 'test' ? <span className="nbcast-TestBadge">TEST</span> : null} {testLine(run)} ·{' '}
+        {run.slot_key ?? 'no slot'} · fires {inZone(run.fire_at, zone)} · version {run.version}
       </div>
       {run.error ? <div className="nbcast-FieldError">{errorText(run.error)}</div> : null}
       {run.error?.source_line ? <pre className="nbcast-Source">{run.error.source_line}</pre> : null}
@@ -322,4 +326,19 @@ export function RunView(props: { panel: PanelHost }): JSX.Element {
       )}
     </div>
   );
+}
+
+/** A run's kind as a line; a test run's says what it tries and where it goes. */
+export function testLine(run: {
+  kind: string;
+  context?: Record<string, unknown> | null;
+  test_to?: string[] | null;
+}): string {
+  if (run.kind !== 'test') {
+    return run.kind;
+  }
+  const slot = run.context && typeof run.context.slot_key === 'string' ? run.context.slot_key : null;
+  const what = slot ? `dry run of slot ${slot}` : 'test run';
+  const to = run.test_to && run.test_to.length ? `to ${run.test_to.join(', ')}` : 'to no one';
+  return `${what}, ${to}`;
 }

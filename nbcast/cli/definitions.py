@@ -187,22 +187,55 @@ def versions(app: AppContext, name: str, as_json: bool) -> None:
 @click.argument("a", type=VERSION)
 @click.argument("b", type=VERSION)
 @click.option("--json", "as_json", is_flag=True, help="Print nbdime's structured diff.")
-@click.option("--color/--no-color", default=None, help="Colour (default: if a terminal).")
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour, even when piped (default: when printing to a terminal).",
+)
 @pass_app
 def diff(app: AppContext, name: str, a: int, b: int, as_json: bool, color: bool | None) -> None:
-    """Show what changed in definition NAME from version A to version B."""
+    """Show what changed in definition NAME from version A to version B: first what
+    changes for recipients (parameters as they run, schedule with its next fires,
+    recipients, outputs), then the code as unified hunks with context."""
     from nbcast.definitions.diff import diff_versions
     from nbcast.definitions.diff_render import render_diff
     from nbcast.definitions.queries import get_version
+    from nbcast.definitions.review import review_summary
 
     with app.db.session() as session:
         old = get_version(session, app.caller, name, a)
         new = get_version(session, app.caller, name, b)
+    summary = review_summary(old, new, app.clock.now())
     if as_json:
-        emit_json({"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)})
+        emit_json(
+            {
+                "definition": name,
+                "a": a,
+                "b": b,
+                "summary": summary.to_json(),
+                "diff": diff_versions(old, new),
+            }
+        )
         return
-    text = render_diff(old, new, color=sys.stdout.isatty() if color is None else color)
-    click.echo(text if text else f"{name}: v{a} and v{b} are identical")
+    colored = sys.stdout.isatty() if color is None else color
+    text = render_diff(old, new, color=colored)
+    lines = summary.lines()
+    if colored:
+        lines = [f"{BOLD}{lines[0]}{RESET}", *(_warned(line) for line in lines[1:])]
+    click.echo("\n".join(lines), color=colored)
+    if text:
+        click.echo("", color=colored)
+        click.echo(text, color=colored)
+    else:
+        click.echo(f"{name}: the notebooks of v{a} and v{b} are identical", color=colored)
+
+
+BOLD, YELLOW, RESET = "\x1b[1m", "\x1b[33m", "\x1b[0m"
+
+
+def _warned(line: str) -> str:
+    """A summary line, in yellow when it flags a change a reader would get wrong."""
+    return f"{YELLOW}{line}{RESET}" if line.startswith("  ! ") else line
 
 
 @click.command()

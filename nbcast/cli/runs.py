@@ -40,7 +40,41 @@ __all__: list[str] = []
     type=INSTANT,
     default=None,
     help="The instant the run is for (default: now): its period is the slot interval "
-    "that holds it.",
+    "that holds it. With --test: dry-run the slot firing then (or the first after).",
+)
+@click.option(
+    "--test",
+    is_flag=True,
+    help="A test run: rendered, but sent to no subscriber (only to --to, by default "
+    "your own address when you have one); marked TEST, counted for nothing.",
+)
+@click.option(
+    "--to",
+    "to",
+    multiple=True,
+    metavar="ADDRESS",
+    help="With --test: email the test run here instead (repeat for more; at most 10).",
+)
+@click.option(
+    "--slot",
+    default=None,
+    metavar="KEY",
+    help="With --test: dry-run this slot (2026-12-07T07:00): its version, bound "
+    "parameters, audiences and row filters, exactly as the scheduler will run it.",
+)
+@click.option(
+    "--as",
+    "recipient",
+    default=None,
+    metavar="RECIPIENT",
+    help="With --test: only the audience of this recipient's subscriptions.",
+)
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(1, 2**31 - 1),
+    default=None,
+    help="With --test: try this version instead of the latest.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
@@ -49,14 +83,26 @@ def run_command(
     name: str,
     parameters: tuple[str, ...],
     at: datetime | None,
+    test: bool,
+    to: tuple[str, ...],
+    slot: str | None,
+    recipient: str | None,
+    version: int | None,
     as_json: bool,
 ) -> None:
     """Queue a manual run of NAME's latest version (one per audience: recipients with
-    their own parameters or row filter get their own run)."""
+    their own parameters or row filter get their own run); with --test, a test run
+    that no subscriber receives, or a dry run of one slot."""
     from nbcast.definitions.parameters import parse_assignments
+    from nbcast.errors import ConfigError
     from nbcast.scheduler.control import run_now_all
 
     values = parse_assignments(parameters)
+    if test:
+        _test_run(app, name, values, at, to, slot, recipient, version, as_json)
+        return
+    if to or slot or recipient or version:
+        raise ConfigError("--to, --slot, --as and --version go with --test")
     ids = run_now_all(app.db, app.clock, app.caller, name, values, at=at)
     if as_json:
         emit_json(
@@ -73,6 +119,44 @@ def run_command(
     else:
         listed = ", ".join(str(i) for i in ids)
         click.echo(f"queued manual runs {listed} of {name}, one per audience")
+
+
+def _test_run(
+    app: AppContext,
+    name: str,
+    values: dict[str, Any],
+    at: datetime | None,
+    to: tuple[str, ...],
+    slot: str | None,
+    recipient: str | None,
+    version: int | None,
+    as_json: bool,
+) -> None:
+    from nbcast.scheduler.trial import queue_test_run
+
+    runs = queue_test_run(
+        app.db,
+        app.clock,
+        app.caller,
+        name,
+        values,
+        to=to or None,
+        slot=slot,
+        at=at,
+        recipient=recipient,
+        version=version,
+    )
+    if as_json:
+        emit_json({"id": runs[0].id, "runs": [r.to_json() for r in runs]})
+        return
+    first = runs[0]
+    what = f"a dry run of slot {first.slot_key}" if first.slot_key else "a test run"
+    ids = ", ".join(str(r.id) for r in runs)
+    click.echo(f"queued {what} of {name} v{first.version}: run {ids}")
+    if first.to:
+        click.echo(f"it goes only to {', '.join(first.to)}, marked TEST")
+    else:
+        click.echo("it goes to no one: see its renditions with `nbcast runs show`")
 
 
 @click.command("rerun")
@@ -99,7 +183,9 @@ def runs() -> None:
 @runs.command("list")
 @click.option("--definition", default=None, help="Only this definition.")
 @click.option("--state", default=None, help="Only this state (QUEUED, FAILED, SKIPPED, …).")
-@click.option("--kind", default=None, help="Only this kind (scheduled, backfill, manual, rerun).")
+@click.option(
+    "--kind", default=None, help="Only this kind (scheduled, backfill, manual, rerun, test)."
+)
 @click.option("--since", type=INSTANT, default=None, help="Only runs firing at or after this.")
 @click.option("--until", type=INSTANT, default=None, help="Only runs firing before this.")
 @click.option(
@@ -223,6 +309,20 @@ def _nominal(context: dict[str, Any] | None) -> str:
     return f"{nominal} ({abbreviation}, {zone})"
 
 
+def _dry_run_slot(context: dict[str, Any] | None) -> str:
+    """A dry run's slot (a test run's context names the slot it runs)."""
+    if context and context.get("test") and context.get("slot_key"):
+        return f"{context['slot_key']} (a dry run of it)"
+    return ""
+
+
+def _test_to(addresses: list[str] | None) -> str:
+    """Where a test run goes: its addresses, or no one (not a test run: nothing)."""
+    if addresses is None:
+        return ""
+    return ", ".join(addresses) + " (TEST)" if addresses else "no one (TEST)"
+
+
 def _show(run: RunDetail) -> None:
     """``runs show`` for people: the run's facts, then a table per kind of row."""
     state = f"{run.state} ({run.reason})" if run.reason else run.state
@@ -230,7 +330,8 @@ def _show(run: RunDetail) -> None:
     facts: list[tuple[str, Any]] = [
         ("tenant", run.tenant),
         ("kind", run.kind + (f" of run {run.rerun_of}" if run.rerun_of else "")),
-        ("slot", run.slot_key or "-"),
+        ("slot", run.slot_key or _dry_run_slot(run.context) or "-"),
+        ("sent to", _test_to(run.test_to)),
         ("nominal", _nominal(run.context)),
         ("fire at", when(run.fire_at)),
         ("period", _period(run.context)),

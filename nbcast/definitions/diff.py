@@ -51,7 +51,7 @@ makes no cycles worth collecting, yet its allocations made the collector walk th
 versions' few hundred thousand containers again and again (up to a third of the
 time).
 
-Printing, bounded by ``MAX_EXTERNAL_RENDERS`` and ``MAX_RENDER_CHARS`` (``--json`` is
+Printing, bounded by ``MAX_RENDER_CHARS`` (``--json`` is
 complete), is :mod:`nbcast.definitions.diff_render`'s.
 """
 
@@ -98,7 +98,6 @@ __all__ = [
     "LINE_GAP_PAIRS",
     "LIST_GAP_PAIRS",
     "LONG_LINE",
-    "MAX_EXTERNAL_RENDERS",
     "MAX_RENDER_CHARS",
     "WORK_BUDGET",
     "attribute_view",
@@ -114,7 +113,6 @@ LINE_GAP_PAIRS = 10_000
 LIST_GAP_PAIRS = 10_000
 CELL_TEXT_LIMIT = 10_000
 WORK_BUDGET = 1_000_000
-MAX_EXTERNAL_RENDERS = 100
 MAX_RENDER_CHARS = 2_000_000
 
 # Characters compared per budget step when the comparison runs in C (slices, hashing)

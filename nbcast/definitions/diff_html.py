@@ -33,6 +33,7 @@ from nbdime.patching import patch_singleline_string
 
 from nbcast.definitions.diff import Diff, diff_notebooks_bounded
 from nbcast.definitions.queries import VersionInfo
+from nbcast.definitions.review import ReviewSummary
 
 __all__ = ["CONTEXT_LINES", "MAX_HTML_CHARS", "STYLE", "diff_fragment", "diff_html"]
 
@@ -45,6 +46,13 @@ CONTEXT_LINES = 3
 STYLE = """
 .nbcast-diff { font: 14px/1.4 system-ui, sans-serif; color: #1b1f23; }
 .nbcast-diff h1 { font-size: 1.2em; margin: 0 0 .5em; }
+.nbcast-diff .summary { border: 1px solid #d0d7de; border-radius: 6px; padding: .2em .8em .6em;
+  margin: 0 0 1em; background: #f6f8fa; }
+.nbcast-diff .summary h2 { font-size: 1.05em; margin: .5em 0 .2em; }
+.nbcast-diff .summary h3 { font-size: .95em; margin: .5em 0 .1em; }
+.nbcast-diff .summary ul { margin: 0; padding-left: 1.4em; overflow-wrap: break-word; }
+.nbcast-diff .summary li.warning { color: #9a6700; font-weight: 600; }
+.nbcast-diff .summary li.fires { color: #57606a; list-style: none; }
 .nbcast-diff .versions { color: #57606a; margin: 0 0 1em; }
 .nbcast-diff .cell { border: 1px solid #d0d7de; border-radius: 6px; margin: .6em 0; }
 .nbcast-diff .cell > .head { padding: .3em .6em; background: #f6f8fa;
@@ -116,9 +124,16 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def diff_fragment(old: VersionInfo, new: VersionInfo, *, cap: int = MAX_HTML_CHARS) -> str:
+def diff_fragment(
+    old: VersionInfo,
+    new: VersionInfo,
+    summary: ReviewSummary | None = None,
+    *,
+    cap: int = MAX_HTML_CHARS,
+) -> str:
     """The diff from ``old`` to ``new`` as an HTML ``<div class="nbcast-diff">``
-    (styled by :data:`STYLE`), at most about ``cap`` characters."""
+    (styled by :data:`STYLE`), at most about ``cap`` characters; with ``summary``,
+    what changes for recipients comes first (:mod:`nbcast.definitions.review`)."""
     import nbformat
 
     a = nbformat.from_dict(old.notebook)
@@ -138,6 +153,8 @@ def diff_fragment(old: VersionInfo, new: VersionInfo, *, cap: int = MAX_HTML_CHA
             )
             out.raw("<br>")
         out.close()
+        if summary is not None:
+            _summary(summary, out)
         if not result:
             out.element("p", "same", "The two versions are identical.")
         _notebook(a, result, out)
@@ -151,15 +168,42 @@ def diff_fragment(old: VersionInfo, new: VersionInfo, *, cap: int = MAX_HTML_CHA
     return out.html()
 
 
-def diff_html(old: VersionInfo, new: VersionInfo) -> str:
-    """The diff from ``old`` to ``new`` as a self-contained HTML page (module docstring)."""
+def diff_html(old: VersionInfo, new: VersionInfo, summary: ReviewSummary | None = None) -> str:
+    """The diff from ``old`` to ``new`` as a self-contained HTML page (module docstring),
+    opening with ``summary`` when given."""
     title = _text(f"{old.definition} v{old.version} → v{new.version}")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title><style>{STYLE}</style></head><body>"
-        f"{diff_fragment(old, new)}</body></html>\n"
+        f"{diff_fragment(old, new, summary)}</body></html>\n"
     )
+
+
+def _summary(summary: ReviewSummary, out: _Out) -> None:
+    """What changes for recipients, by section, before the code."""
+    out.open("section", "summary")
+    out.element("h2", "summary-title", "What changes for recipients")
+    if not summary.items:
+        out.element("p", "same", "Nothing that recipients receive changes.")
+    for section in summary.sections:
+        mine = [i for i in summary.items if i.section == section]
+        if not mine:
+            continue
+        out.element("h3", "summary-section", section.capitalize())
+        out.open("ul", f"summary-list summary-{section}")
+        for item in mine:
+            out.element("li", "warning" if item.warning else "change", item.text)
+        if section == "schedule" and (summary.fires_before or summary.fires_after):
+            before = ", ".join(summary.fires_before) or "none"
+            after = ", ".join(summary.fires_after) or "none"
+            out.element("li", "fires", f"next fires before: {before}")
+            out.element("li", "fires", f"next fires after: {after}")
+        out.close()
+    if summary.more:
+        out.element("p", "more", f"… and {summary.more} more changes")
+    out.element("h2", "summary-title", "Code")
+    out.close()
 
 
 # -- the walk ---------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Rendering a bounded notebook diff for a terminal, with nbdime's printer.
 
 :func:`render_diff` prints what :func:`nbcast.definitions.diff.diff_notebooks_bounded`
-found the way ``nbdime diff`` prints, with two differences that keep it bounded:
-changed strings are patched line by line (:func:`patch_text`; nbdime rebuilds a string
-one character at a time), and the text stops at
+found the way ``nbdiff`` prints: a changed source as unified hunks with three lines
+of context (``@@ -1,4 +1,4 @@``, difflib's, in process — never the external ``diff``
+program, whose ed-style ``3c3,4`` hunks have no context). Two differences keep it
+bounded: changed strings are patched line by line (:func:`patch_text`; nbdime rebuilds
+a string one character at a time), and the text stops at
 :data:`~nbcast.definitions.diff.MAX_RENDER_CHARS` characters with a note (``--json``
-is never cut). With more than :data:`~nbcast.definitions.diff.MAX_EXTERNAL_RENDERS`
-changed text blocks, Python's difflib replaces the external ``diff`` program.
+is never cut).
 
 The versions are diffed and printed as plain JSON (``json.loads``), never converted
 to ``NotebookNode`` (:mod:`nbcast.definitions.diff`). nbdime's printer reads one
@@ -34,7 +35,6 @@ from nbdime.prettyprint import (
 )
 
 from nbcast.definitions.diff import (
-    MAX_EXTERNAL_RENDERS,
     MAX_RENDER_CHARS,
     Diff,
     attribute_view,
@@ -61,8 +61,7 @@ def _render(old: VersionInfo, new: VersionInfo, color: bool) -> str:
     for e in result:
         _printable_entry(e)
     out = _CappedText(MAX_RENDER_CHARS)
-    external = _string_patches(a, result) <= MAX_EXTERNAL_RENDERS
-    config = PrettyPrintConfig(out=out, use_git=False, use_diff=external, use_color=color)
+    config = PrettyPrintConfig(out=out, use_git=False, use_diff=False, use_color=color)
     header = (
         f"--- {old.definition} v{old.version}  {old.sha256[:12]}  {old.author}\n"
         f"+++ {new.definition} v{new.version}  {new.sha256[:12]}  {new.author}\n"
@@ -116,15 +115,6 @@ def _printable_entry(entry: Any) -> None:
 
 def _views(cells: list[Any]) -> list[Any]:
     return [attribute_view(cell) for cell in cells]
-
-
-def _string_patches(value: Any, di: Diff) -> int:
-    count = 0
-    for e in di:
-        if e["op"] == DiffOp.PATCH:
-            child = value[e["key"]]
-            count += 1 if isinstance(child, str) else _string_patches(child, e["diff"])
-    return count
 
 
 def _print_diff(a: Any, di: Diff, path: str, config: Any) -> None:

@@ -10,7 +10,10 @@ pinned version's ``nbcast`` block:
   run, channel and recipient), PENDING: a recipient-scoped run
   (:mod:`nbcast.definitions.audiences`) goes only to the subscriptions whose
   parameters and row filter made it (``Subscription.audience == Run.audience``), the
-  base run only to the unscoped ones.
+  base run only to the unscoped ones. A **test run** (:mod:`nbcast.scheduler.trial`)
+  goes to no subscriber: one email row per address it was asked for
+  (``runs.test_to``), with the formats its audience's subscriptions take (every
+  output, when they have none), unconditionally.
 
 Both inserts are ``ON CONFLICT DO NOTHING`` and the outbox row is marked consumed in
 the same transaction, so replaying an outbox row — a crash before the commit, a row
@@ -29,11 +32,11 @@ from sqlalchemy.orm import Session
 from nbcast.db import insert_ignore
 from nbcast.definitions.compiled import compile_version
 from nbcast.definitions.models import DefinitionVersion
-from nbcast.definitions.spec import ReportSpec
+from nbcast.definitions.spec import OutputFormat, ReportSpec, Subscription
 from nbcast.delivery.models import Delivery, DeliveryState, Rendition, RenditionState
 from nbcast.executor.models import OutboxRow
 from nbcast.leasing import skip_locked
-from nbcast.scheduler.models import Run
+from nbcast.scheduler.models import Run, RunKind
 
 __all__ = ["consume_outbox", "spec_of"]
 
@@ -72,7 +75,14 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
         return 0
     runs = session.execute(
         sa.select(
-            Run.id, Run.tenant_id, Run.definition_id, Run.version_id, Run.fire_at, Run.audience
+            Run.id,
+            Run.tenant_id,
+            Run.definition_id,
+            Run.version_id,
+            Run.fire_at,
+            Run.audience,
+            Run.kind,
+            Run.test_to,
         ).where(Run.id.in_([r.run_id for r in rows]))
     ).all()
     cache: dict[int, ReportSpec] = {}
@@ -102,9 +112,14 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
         keys = audiences.get(run.version_id)
         if keys is None:
             keys = audiences[run.version_id] = [sub.audience for sub in spec.subscriptions]
-        for sub, audience in zip(spec.subscriptions, keys, strict=True):
-            if audience != (run.audience or ""):
-                continue  # another audience's recipient: that run is theirs
+        mine = [
+            sub
+            for sub, audience in zip(spec.subscriptions, keys, strict=True)
+            if audience == (run.audience or "")  # another audience's recipient: not this run's
+        ]
+        if run.kind == RunKind.test.value:
+            mine = _test_subscriptions(spec, mine, run.test_to or [])
+        for sub in mine:
             deliveries.append(
                 {
                     "tenant_id": run.tenant_id,
@@ -132,3 +147,19 @@ def consume_outbox(session: Session, now: datetime, *, limit: int = 200) -> int:
     consumed = [r.id for r in rows if r.run_id not in held]
     session.execute(sa.update(OutboxRow).where(OutboxRow.id.in_(consumed)).values(consumed_at=now))
     return len(consumed)
+
+
+def _test_subscriptions(
+    spec: ReportSpec, audience: list[Subscription], addresses: list[str]
+) -> list[Subscription]:
+    """A test run's recipients: each address by email, with the formats the run's
+    audience takes (module docstring), and no condition."""
+    formats: list[OutputFormat] = []
+    for sub in audience:
+        formats += [f for f in sub.formats if f not in formats]
+    if not formats:
+        formats = list(spec.outputs)
+    return [
+        Subscription(channel="email", to=str(address), formats=tuple(formats))
+        for address in addresses
+    ]

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.artifacts import ArtifactStore
-from nbcast.clock import Clock
+from nbcast.clock import Clock, parse_instant
 from nbcast.db import Database
 from nbcast.definitions.models import ReportDefinition
 from nbcast.delivery.intake import spec_of
@@ -45,7 +45,7 @@ from nbcast.delivery.renderers import Renderer, renderers
 from nbcast.delivery.report import ReportInfo
 from nbcast.leasing import extended, free, held, released, skip_locked, taken
 from nbcast.retry import backoff
-from nbcast.scheduler.models import Run
+from nbcast.scheduler.models import Run, RunKind
 from nbcast.tenancy.models import Tenant
 
 __all__ = ["RENDER_MAX_ATTEMPTS", "RenderQueue", "render_isolated", "report_infos"]
@@ -70,6 +70,8 @@ def report_infos(
             Run.slot_key,
             Run.fire_at,
             Run.finished_at,
+            Run.kind,
+            Run.context,
             Tenant.name.label("tenant"),
             ReportDefinition.name.label("definition"),
         )
@@ -81,13 +83,20 @@ def report_infos(
     infos = {}
     for r in rows:
         spec = spec_of(session, r.version_id, cache)
+        slot_key, fire_at = r.slot_key, r.fire_at
+        test = r.kind == RunKind.test.value
+        if test and isinstance(r.context, dict) and r.context.get("slot_key"):
+            # A dry run of a slot renders as that slot: the same bytes.
+            slot_key = str(r.context["slot_key"])
+            fire_at = parse_instant(str(r.context["fire_at"]))
         infos[r.id] = ReportInfo(
             tenant=r.tenant,
             definition=r.definition,
             version=r.version,
             run_id=r.id,
-            slot_key=r.slot_key,
-            fire_at=r.fire_at,
+            slot_key=slot_key,
+            fire_at=fire_at,
+            test=test,
             finished_at=r.finished_at or r.fire_at,
             timezone=spec.schedule.timezone if spec.schedule else "UTC",
             description=spec.description,

@@ -34,6 +34,10 @@ class ReportInfo:
     """Set when the report is delivered past its ``staleness.after``: renderers show a
     banner saying how late it is."""
     description: str = ""
+    test: bool = False
+    """A test run (:mod:`nbcast.scheduler.trial`): its message says ``TEST`` in the
+    subject and a banner; its rendered files are the report's own, so a dry run of a
+    slot renders what the slot will (its ``slot_key`` and ``fire_at`` are the slot's)."""
 
     @property
     def title(self) -> str:

@@ -143,4 +143,5 @@ def _record(run: Run, definition: str, tenant: str) -> RunRecord:
         finished_at=run.finished_at,
         context=run_context(run, tenant),
         rerun_of=run.rerun_of,
+        test_to=run.test_to,
     )

@@ -47,6 +47,8 @@ class RunRecord:
     before runs had one."""
     rerun_of: int | None = None
     """The run a ``rerun`` repeats."""
+    test_to: list[str] | None = None
+    """A test run's addresses (``[]``: no one); None for every other kind."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (the keys of ``runs list --json``)."""
@@ -67,6 +69,7 @@ class RunRecord:
             "finished_at": instant_json(self.finished_at),
             "context": self.context,
             "rerun_of": self.rerun_of,
+            "test_to": self.test_to,
         }
 
 

@@ -470,6 +470,7 @@ class Materializer:
                 Run.definition_id.in_(definition_ids),
                 Run.state.in_([s.value for s in ACTIVE_STATES]),
                 Run.created_at < now,
+                Run.kind != RunKind.test.value,  # a test run is not the schedule's to replace
             )
         ).all()
         for run_id, tenant_id in targets:

@@ -165,11 +165,18 @@ class RunKind(StrEnum):
     rerun = "rerun"
     """Another run again (``rerun_of``): its version, parameters and context, no slot
     of its own."""
+    test = "test"
+    """A try-out (``nbcast run --test``), of the latest version or of one slot (a dry
+    run): rendered like any run, delivered only to ``test_to``, and counted for
+    nothing — no SLA, overlap, superseding, ``only_if`` baseline or recipient's ledger
+    (:mod:`nbcast.scheduler.trial`). No slot of its own: a dry run's slot is in its
+    context."""
 
 
-DELIBERATE_KINDS = frozenset({RunKind.backfill, RunKind.rerun})
-"""Runs asked for on purpose for a period that has passed: their deliveries are never
-superseded or stale, and supersede nothing (:mod:`nbcast.delivery.ledger.decision`)."""
+DELIBERATE_KINDS = frozenset({RunKind.backfill, RunKind.rerun, RunKind.test})
+"""Runs asked for on purpose for a period that has passed (or, a test, for no one):
+their deliveries are never superseded or stale, and supersede nothing
+(:mod:`nbcast.delivery.ledger.decision`)."""
 
 
 class Run(Base):
@@ -253,6 +260,10 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     artifact_sha256: Mapped[str | None] = mapped_column(sa.String(64), default=None)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    test_to: Mapped[list[str] | None] = mapped_column(JSONType, default=None)
+    """A test run's addresses (``[]``: no one); None for every other kind. Written by
+    the scheduler with the row, read by delivery's intake instead of the
+    subscriptions."""
 
 
 RUN_LEASE = LeaseColumns(Run.lease_owner, Run.lease_expires_at, Run.attempt)

@@ -201,7 +201,11 @@ def active_runs(session: Session, ids: list[int]) -> dict[int, ActiveRuns]:
     per_audience: dict[tuple[int, str], ActiveRuns] = {}
     rows = session.execute(
         sa.select(Run.definition_id, Run.audience, Run.state, sa.func.count())
-        .where(Run.definition_id.in_(ids), Run.state.in_([s.value for s in ACTIVE_STATES]))
+        .where(
+            Run.definition_id.in_(ids),
+            Run.state.in_([s.value for s in ACTIVE_STATES]),
+            Run.kind != RunKind.test.value,  # a test run is nobody's: overlap ignores it
+        )
         .group_by(Run.definition_id, Run.audience, Run.state)
     ).all()
     for definition_id, audience, state, count in rows:

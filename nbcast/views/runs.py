@@ -77,6 +77,8 @@ class RunDetail:
     """The period it covers (:mod:`nbcast.scheduler.period`)."""
     rerun_of: int | None = None
     """The run a ``rerun`` repeats."""
+    test_to: list[str] | None = None
+    """A test run's addresses (``[]``: no one); None for every other kind."""
     attempts: list[AttemptRecord]
     renditions: list[RenditionRecord]
     """The delivery plane's renditions of the run (:mod:`nbcast.delivery.queries`)."""
@@ -112,6 +114,7 @@ class RunDetail:
             "parameters": self.parameters,
             "context": self.context,
             "rerun_of": self.rerun_of,
+            "test_to": self.test_to,
             "attempt": self.attempt,
             "notebook_sha256": self.notebook_sha256,
             "error": self.error.to_json() if self.error is not None else None,
@@ -218,6 +221,7 @@ def get_run(
         cancel_requested_by=cancel.requested_by if cancel else None,
         context=run_context(run, tenant.name),
         rerun_of=run.rerun_of,
+        test_to=run.test_to,
         attempts=attempts,
         renditions=renditions_of_run(session, caller, run.id),
         deliveries=deliveries_of_run(session, caller, run.id),

@@ -27,7 +27,6 @@ from nbcast.db import Database
 from nbcast.definitions.diff import (
     CELL_GAP_PAIRS,
     LONG_LINE,
-    MAX_EXTERNAL_RENDERS,
     MAX_RENDER_CHARS,
     collector_paused,
     diff_notebooks_bounded,
@@ -183,11 +182,12 @@ def test_ordinary_notebooks_diff_exactly_as_nbdime(change: str) -> None:
 
 
 def test_rendering_matches_nbdimes_printer_for_ordinary_diffs() -> None:
+    """nbdime's printer with its unified (difflib) hunks, as nbdiff shows them."""
     new = _edit("line")
     new["cells"].insert(0, _cell("new", "df.describe()\n"))
     a, b = nbformat.from_dict(_BASE), nbformat.from_dict(new)
     out = io.StringIO()
-    config = PrettyPrintConfig(out=out, use_git=False, use_diff=True, use_color=False)
+    config = PrettyPrintConfig(out=out, use_git=False, use_diff=False, use_color=False)
     pretty_print_diff(a, nbdime.diff_notebooks(a, b), "", config)
     text = render_diff(_version(_BASE, 1), _version(new, 2))
     assert text.split("\n", 2)[2] == out.getvalue()
@@ -273,14 +273,26 @@ def test_patch_text_is_nbdimes_patch(a: str, b: str) -> None:
     assert patch_text(a, ops) == nbdime.patch(a, ops) == b
 
 
-def test_many_changed_sources_render_in_process() -> None:
-    count = MAX_EXTERNAL_RENDERS + 1
-    old = _notebook([_cell(f"c{i}", f"a = {i}\nb = {i}\n") for i in range(count)])
-    new = _notebook([_cell(f"c{i}", f"a = {i}\nb = {i + 1}\n") for i in range(count)])
+def test_changed_sources_print_as_unified_hunks_with_context() -> None:
+    """Like nbdiff: ``@@`` hunks with the unchanged lines around a change, never the
+    external diff's ed-style ``3c3`` with ``<``/``>`` and no context."""
+    source = "".join(f"line{i} = {i}\n" for i in range(10))
+    old = _notebook([_cell("c", source)])
+    new = _notebook([_cell("c", source.replace("line5 = 5", "line5 = 50"))])
     text = render_diff(_version(old, 1), _version(new, 2))
-    assert "+  b = 1\n" in text  # difflib's marks, not the external diff's "> "
-    few = render_diff(_version(old, 1), _version(_notebook(new["cells"][:1] + old["cells"][1:]), 2))
-    assert "> b = 1\n" in few
+    assert "@@ -3,7 +3,7 @@" in text
+    hunk = text[text.index("@@") :].splitlines()
+    assert hunk[1:8] == [
+        "   line2 = 2",
+        "   line3 = 3",
+        "   line4 = 4",
+        "-  line5 = 5",
+        "+  line5 = 50",
+        "   line6 = 6",
+        "   line7 = 7",
+    ]
+    assert "5c5" not in text
+    assert "> " not in text
 
 
 def test_a_huge_rendering_is_cut_with_a_note() -> None:
@@ -308,7 +320,7 @@ def test_published_versions_diff_bounded(db: Database, tmp_path: Path) -> None:
     assert [(e["op"], e["key"]) for e in ops] == [("addrange", 1), ("removerange", 1)]
     text = render_diff(old, new)
     assert "modified /cells/2/source" in text
-    assert f"> {changed}" in text
+    assert f"+  {changed}" in text
 
 
 def _output(kind: str, **fields: Any) -> dict[str, Any]:
@@ -360,7 +372,7 @@ def test_plain_versions_render_added_and_removed_cells_as_nbdime_prints_them() -
     new["cells"].append(_cell("notes2", "More *notes*.\n", "markdown", metadata={"k": 1}))
     a, b = nbformat.from_dict(_BASE), nbformat.from_dict(new)
     out = io.StringIO()
-    config = PrettyPrintConfig(out=out, use_git=False, use_diff=True, use_color=False)
+    config = PrettyPrintConfig(out=out, use_git=False, use_diff=False, use_color=False)
     pretty_print_diff(a, nbdime.diff_notebooks(a, b), "", config)
     text = render_diff(_version(_BASE, 1), _version(new, 2))
     assert "tags" in out.getvalue()

@@ -108,7 +108,7 @@ def test_diff_between_versions(db: Database, tmp_path: Path) -> None:
         get_version(db, "default", "daily-sales", 2),
     )
     text = render_diff(old, new)
-    assert "- top_n = 5" in text or "< top_n = 5" in text
+    assert "-  top_n = 5\n+  top_n = 20\n" in text  # a unified hunk
     assert "top_n = 20" in text
     structured = diff_versions(old, new)
     assert structured[0]["key"] == "cells"

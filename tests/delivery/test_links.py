@@ -70,6 +70,22 @@ def _run(db: Database, tmp_path: Path) -> tuple[int, int]:
         return ensure_tenant(session, "default").id, run_id
 
 
+def _run_at_0017(db: Database, tmp_path: Path) -> tuple[int, int]:
+    """A run in a home at migration 0017 (its ``runs`` has the columns of then)."""
+    path = make_notebook(tmp_path / "r.ipynb", nbcast={"name": "r"})
+    publish(db, path, caller=Caller(tenant="default", user="t"), now=T0)
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO runs (tenant_id, definition_id, version_id, version, kind, audience,"
+            " fire_at, state, parameters, serial, not_before, created_at, attempt)"
+            " SELECT v.tenant_id, v.definition_id, v.id, v.version, 'manual', '',"
+            " '2026-11-02 08:00:00.000000', 'QUEUED', '{}', 0, '2026-11-02 08:00:00.000000',"
+            " '2026-11-02 08:00:00.000000', 0 FROM definition_versions v"
+        )
+        tenant_id, run_id = conn.exec_driver_sql("SELECT tenant_id, id FROM runs").one()
+    return tenant_id, run_id
+
+
 def test_a_link_expires_and_can_be_revoked(db: Database, tmp_path: Path) -> None:
     tenant_id, run_id = _run(db, tmp_path)
     signer = Signer([NEW, OLD])
@@ -193,7 +209,7 @@ def test_a_deleted_links_id_is_never_given_again(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nbcast.db'}"
     db = Database.open(url, upgrade=False)
     db.upgrade("0017")
-    tenant_id, run_id = _run(db, tmp_path)
+    tenant_id, run_id = _run_at_0017(db, tmp_path)
     signer = Signer([NEW])
     with db.session() as session:
         first, _second, newest = (

@@ -97,7 +97,10 @@ def test_a_scheduled_run_sees_its_slot_and_period(db: Database, tmp_path: Path) 
     assert seen["report_date"] == "2026-10-23"
     assert (seen["definition"], seen["run_id"], seen["attempt"]) == ("berlin-daily", run.id, 1)
     assert seen["missed_before"] == 0  # none missed before it (stored only when some were)
-    assert recorded == {k: v for k, v in seen.items() if k not in ("report_date", "missed_before")}
+    assert seen["test"] is False  # a test run (nbcast run --test) sees True
+    assert recorded == {
+        k: v for k, v in seen.items() if k not in ("report_date", "missed_before", "test")
+    }
     assert run.context is not None
     assert {k: run.context[k] for k in ("interval_start", "interval_end", "slot_key")} == {
         k: seen[k] for k in ("interval_start", "interval_end", "slot_key")

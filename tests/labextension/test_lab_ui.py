@@ -322,20 +322,89 @@ def test_the_panel_lists_the_report_with_its_next_fire(driver: Any, lab: LiveSer
     driver.screenshot("08-panel-list")
 
 
-def test_run_now_succeeds_and_its_delivery_is_listed(
+def _finished(driver: Any, row: Any) -> str:
+    driver.wait_until(
+        "the run to end",
+        lambda: row.get_attribute("data-state") in {"SUCCEEDED", "FAILED", "TIMED_OUT"},
+        timeout=180,
+    )
+    return str(row.get_attribute("data-state"))
+
+
+def test_run_now_offers_a_test_first_and_no_subscriber_gets_it(
     driver: Any, lab: LiveServer, mailbox: FakeSMTPServer
 ) -> None:
     panel = driver.page.locator(lab_ui.PANEL)
     panel.locator("tr[data-definition='daily-sales']").click()
+    definition = panel.locator(".nbcast-Definition[data-definition='daily-sales']")
+    definition.wait_for()
+    panel.get_by_role("button", name="Run now…").click()
+    dialog = driver.page.locator(".jp-Dialog")
+    accept = dialog.locator(".jp-Dialog-button.jp-mod-accept")
+    assert dialog.locator("input[name='nbcast-run-mode']:checked").get_attribute("value") == "test"
+    assert text(accept) == "Run test"
+    dialog.locator("[aria-label='send to']").fill("author@example.com")
+    driver.screenshot("09-run-now-test", ".jp-Dialog-content")
+    accept.click()
+    dialog.wait_for(state="detached")
+    row = panel.locator("tr[data-run][data-kind='test']").first
+    row.wait_for()
+    assert "test run, to author@example.com" in text(row)
+    assert _finished(driver, row) == "SUCCEEDED"
+    driver.wait_until("the test mail", lambda: len(mailbox.messages) == 1, timeout=120)
+    (mail,) = mailbox.messages
+    assert mail.rcpt_tos == ("author@example.com",)
+    assert str(mail.mail["Subject"]).startswith("[TEST] daily-sales")
+    # A dry run of the next slot, sent to no one: rendered, and nobody gets mail.
+    panel.get_by_role("button", name="Run now…").click()
+    dialog.locator("input[name='nbcast-run-mode'][value='slot']").check()
+    assert text(accept) == "Dry-run slot"
+    detail = api(lab, "definitions/daily-sales")
+    first_slot = next(f["slot_key"] for f in detail["next_fires"] if f["status"] != "skipped")
+    assert dialog.locator("select[aria-label='slot']").input_value() == first_slot
+    assert dialog.locator("[aria-label='region source']").count() == 0  # the slot decides
+    dialog.locator("[aria-label='send to no one']").check()
+    driver.screenshot("09b-run-now-dry-run", ".jp-Dialog-content")
+    accept.click()
+    dialog.wait_for(state="detached")
+    dry = panel.locator(f"tr[data-run][data-kind='test']:has-text('dry run of slot {first_slot}')")
+    dry.first.wait_for()
+    assert _finished(driver, dry.first) == "SUCCEEDED"
+    run_id = int(dry.first.get_attribute("data-run") or 0)
+    dry.first.click()
+    view = panel.locator(f".nbcast-Run[data-run='{run_id}']")
+    view.wait_for()
+    assert "dry run of slot" in text(view.locator(".nbcast-Hint").first)
+    driver.wait_until(
+        "its renditions",
+        lambda: (
+            api(lab, f"runs/{run_id}")["renditions"]
+            and all(r["state"] == "DONE" for r in api(lab, f"runs/{run_id}")["renditions"])
+        ),
+        timeout=120,
+    )
+    view.locator(".nbcast-Renditions li[data-rendition]").first.wait_for()
+    assert api(lab, f"runs/{run_id}")["deliveries"] == []
+    assert len(mailbox.messages) == 1  # still only the test mail
+    panel.locator(".nbcast-Back").click()
+    definition.wait_for()
+
+
+def test_run_now_succeeds_and_its_delivery_is_listed(
+    driver: Any, lab: LiveServer, mailbox: FakeSMTPServer
+) -> None:
+    panel = driver.page.locator(lab_ui.PANEL)
     panel.locator(".nbcast-Definition[data-definition='daily-sales']").wait_for()
     panel.get_by_role("button", name="Run now…").click()
     run_dialog = driver.page.locator(".jp-Dialog")
     assert text(run_dialog.locator(".jp-Dialog-header")) == "Run daily-sales now"
+    run_dialog.locator("input[name='nbcast-run-mode'][value='real']").check()
+    assert text(run_dialog.locator(".jp-Dialog-button.jp-mod-accept")) == "Run for subscribers"
     run_dialog.locator("select[aria-label='region source']").select_option("value")
     run_dialog.locator("[aria-label='region value']").fill("EMEA")
-    driver.screenshot("09-run-now-dialog", ".jp-Dialog-content")
+    driver.screenshot("09c-run-now-dialog", ".jp-Dialog-content")
     run_dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
-    run_row = panel.locator("tr[data-run]").first
+    run_row = panel.locator("tr[data-run][data-kind='manual']").first
     run_row.wait_for()
     driver.wait_until(
         "the run to succeed",
@@ -365,7 +434,8 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
         timeout=120,
     )
     assert delivery.get_attribute("data-state") == "SENT"
-    assert [m.rcpt_tos for m in mailbox.messages] == [("cfo@example.com",)]
+    real = [m for m in mailbox.messages if not str(m.mail["Subject"]).startswith("[TEST]")]
+    assert [m.rcpt_tos for m in real] == [("cfo@example.com",)]
     bounced = view.locator(f"tr[data-delivery='{BOUNCE}']")
     driver.wait_until(
         "the refused delivery to fail", lambda: bounced.get_attribute("data-state") == "FAILED"
@@ -484,6 +554,12 @@ def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) 
     diff.wait_for()
     # nbdime's own web components, not the fallback frame.
     assert diff.get_attribute("data-rendered") == "nbdime"
+    # What changes for recipients comes first: the value runs get, in plain words.
+    summary = diff.locator(".nbcast-ReviewSummary")
+    summary.wait_for()
+    assert text(summary.locator("ul[data-section='parameters'] li")) == (
+        "top_n: runs with 5 → 7 (the metadata block)"
+    )
     view = diff.locator(".nbcast-NbdimeDiff")
     # The one change is in the notebook's metadata (the nbcast block): nbdime shows it
     # collapsed, and opened, the two values of top_n.

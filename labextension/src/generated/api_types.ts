@@ -127,6 +127,7 @@ export interface DefinitionDiff {
   definition: string;
   a: number;
   b: number;
+  summary?: ReviewSummary;
   diff: Record<string, unknown>[];
   /** With format=nbdime: version a's stored notebook, the base the diff applies to (nbdime's NotebookDiffModel takes both) */
   base?: Record<string, unknown>;
@@ -182,13 +183,31 @@ export interface DefinitionPublished {
 export interface DefinitionRunCreated {
   definition: string;
   run_ids: number[];
+  /** True: test runs */
+  test?: boolean;
+  /** Test runs: where they go ([]: no one) */
+  to?: string[];
+  /** A dry run: the slot it runs */
+  slot_key?: string | null;
+  /** Test runs: the version tried */
+  version?: number;
 }
 
 export interface DefinitionRunRequest {
   /** Values overriding the version's (each may be a slot binding) */
   parameters?: Record<string, unknown>;
-  /** The instant whose period the run reports (default: now) */
+  /** The instant whose period the run reports (default: now); with test: dry-run the slot firing then, or the first after it */
   at?: string;
+  /** A test run: rendered, sent to no subscriber, marked TEST */
+  test?: boolean;
+  /** With test: the addresses to send it to (default: the caller's own, when known; [] for no one) */
+  to?: string[];
+  /** With test: dry-run this slot (its key, 2026-12-07T07:00) */
+  slot?: string;
+  /** With test: only the audience of this recipient */
+  as?: string;
+  /** With test: try this version instead of the latest */
+  version?: number;
 }
 
 /** One published version of a definition. */
@@ -431,12 +450,33 @@ export interface Rerun {
   state: "QUEUED";
 }
 
+/** One line of the summary. */
+export interface ReviewItem {
+  /** parameters, schedule, recipients, outputs, settings or code. */
+  section: string;
+  text: string;
+  /** A change a reader would likely get wrong (a default hidden by the block). */
+  warning: boolean;
+}
+
+/** What changes from version a to b for the people who receive the report. */
+export interface ReviewSummary {
+  /** One line per change, by section: parameters, schedule, recipients, outputs, settings, code. */
+  items: ReviewItem[];
+  /** The next fire times under version a's schedule (only when the schedule changes). */
+  fires_before: string[];
+  /** The next fire times under version b's schedule (only when the schedule changes). */
+  fires_after: string[];
+  /** Lines left out past the first 200. */
+  more: number;
+}
+
 /** A run as listed (the keys of `nbcast runs list --json`). */
 export interface Run {
   id: number;
   definition: string;
   slot_key: string | null;
-  kind: "scheduled" | "backfill" | "manual" | "rerun";
+  kind: "scheduled" | "backfill" | "manual" | "rerun" | "test";
   state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
   reason: string | null;
   fire_at: string;
@@ -453,6 +493,8 @@ export interface Run {
   context: Record<string, unknown> | null;
   /** The run a `rerun` repeats. */
   rerun_of: number | null;
+  /** A test run's addresses (`[]`: no one); None for every other kind. */
+  test_to: string[] | null;
 }
 
 /** Everything about one run (the keys of `nbcast runs show --json`, with the newest 100 openings of its signed links). */
@@ -462,7 +504,7 @@ export interface RunDetail {
   definition: string;
   version: number;
   slot_key: string | null;
-  kind: "scheduled" | "backfill" | "manual" | "rerun";
+  kind: "scheduled" | "backfill" | "manual" | "rerun" | "test";
   fire_at: string;
   state: "QUEUED" | "LEASED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "CANCELLED" | "SKIPPED" | "MISSED";
   reason: string | null;
@@ -483,6 +525,8 @@ export interface RunDetail {
   context: Record<string, unknown> | null;
   /** The run a `rerun` repeats. */
   rerun_of: number | null;
+  /** A test run's addresses (`[]`: no one); None for every other kind. */
+  test_to: string[] | null;
   attempts: Attempt[];
   /** The delivery plane's renditions of the run (`queries`). */
   renditions: Rendition[];

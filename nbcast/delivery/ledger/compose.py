@@ -5,7 +5,9 @@ capabilities (:mod:`nbcast.delivery.channels.base`), never its name: the rendere
 files as attachments (``attaches_files``), a signed link per file (``sends_links``,
 recorded in ``signed_links``), the HTML rendition as the body (``html_body``), a
 signed one-click unsubscribe URL (``one_click_unsubscribe``). A late delivery's
-subject and summary say it is late, as its bannered renditions do.
+subject and summary say it is late, as its bannered renditions do. A test run's
+(:mod:`nbcast.scheduler.trial`) says ``[TEST]`` in its subject and a banner above the
+body, and offers no unsubscribe: the rendered files are untouched.
 
 Links are per ledger row (:func:`~nbcast.delivery.links.delivery_link`): a retry of a
 row carries the links, tokens and all, that its first attempt carried, unless one
@@ -14,6 +16,8 @@ was revoked or expired meanwhile (then a fresh one replaces it).
 
 from __future__ import annotations
 
+import html as html_escaping
+import re
 import threading
 from datetime import datetime, timedelta
 
@@ -28,13 +32,33 @@ from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.signing import Signer
 from nbcast.delivery.unsubscribe import unsubscribe_token, unsubscribe_url
 
-__all__ = ["BLOB_CACHE_SIZE", "Composer", "message_key"]
+__all__ = ["BLOB_CACHE_SIZE", "TEST_BANNER", "Composer", "message_key", "with_banner"]
 
 BLOB_CACHE_SIZE = 16
 """Rendered files kept in memory: a run's files go to every recipient of a batch."""
 
 HTML = "html"
 """The format whose rendition is the body of an ``html_body`` channel's message."""
+
+
+TEST_BANNER = "TEST: a test run of this report; its subscribers were not sent it."
+"""The line above a test run's message (:mod:`nbcast.scheduler.trial`)."""
+
+_BODY = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
+
+
+def with_banner(html: str, text: str) -> str:
+    """``html`` with a banner saying ``text`` at the top of its body (the rendered
+    report itself is not touched: a test run's files are the report's own)."""
+    banner = (
+        '<div role="alert" style="background:#fff3cd;border:2px solid #b58100;'
+        'color:#3d2c00;font:bold 16px sans-serif;padding:10px 14px;margin:0 0 12px">'
+        f"{html_escaping.escape(text)}</div>"
+    )
+    found = _BODY.search(html)
+    if found is None:
+        return banner + html
+    return html[: found.end()] + banner + html[found.end() :]
 
 
 def message_key(row: ClaimedDelivery) -> str:
@@ -121,7 +145,8 @@ class Composer:
                     ).url
                 )
         unsubscribe = None
-        if channel.one_click_unsubscribe:
+        # A test run's address subscribes to nothing: it has no unsubscribe.
+        if channel.one_click_unsubscribe and not report.test:
             token = unsubscribe_token(
                 self.signer,
                 tenant_id=row.tenant_id,
@@ -132,14 +157,20 @@ class Composer:
             unsubscribe = unsubscribe_url(self.base_url, token)
         late = " (late)" if report.late_by else ""
         summary = f"{report.title}{late}: version {report.version}, run {report.run_id}"
+        subject = f"{report.title}{late}"
+        html = html_body or f"<p>{html_escaping.escape(summary)}</p>"
+        if report.test:
+            subject = f"[TEST] {subject}"
+            summary = f"{TEST_BANNER} {summary}"
+            html = with_banner(html, TEST_BANNER)
         return Message(
             key=message_key(row),
             delivery_id=row.id,
             attempt=row.attempt,
             recipient=row.recipient,
             report=report,
-            subject=f"{report.title}{late}",
-            html=html_body or f"<p>{summary}</p>",
+            subject=subject,
+            html=html,
             text=summary,
             attachments=tuple(attachments),
             unsubscribe_url=unsubscribe,

@@ -17,7 +17,8 @@ batch, :class:`Facts`):
   nothing: such a run is asked for on purpose, for a period that has passed, and every
   run reports its own period (:mod:`nbcast.scheduler.period`), so its reports are late
   by design and replace no other — ``nbcast backfill`` of last week sends last week's
-  five reports;
+  five reports; a **test run** (:mod:`nbcast.scheduler.trial`) is neither either, and
+  its copies are never the ``only_if: changed`` baseline of a real recipient;
 - FAILED ``render_failed`` when a rendition it needs failed;
 - SUPPRESSED ``no_results`` (``only_if: results``) when no marked table has a row;
 - SUPPRESSED ``unchanged`` (``only_if: changed``) when the **content digest** — of
@@ -63,7 +64,7 @@ from nbcast.delivery.models import (
 from nbcast.delivery.rendering import report_infos
 from nbcast.delivery.report import ReportInfo
 from nbcast.delivery.unsubscribe import ALL_REPORTS, normalized
-from nbcast.scheduler.models import DELIBERATE_KINDS, Run
+from nbcast.scheduler.models import DELIBERATE_KINDS, Run, RunKind
 
 __all__ = [
     "DIGEST_CACHE_SIZE",
@@ -276,10 +277,12 @@ class Decider:
 
     def last_sent_digest(self, session: Session, row: ClaimedDelivery) -> str | None:
         """The content digest of the last report sent to this recipient of the
-        definition on this channel."""
+        definition on this channel (a test run's copy is no baseline)."""
         return session.scalar(
             sa.select(Delivery.content_sha256)
+            .outerjoin(Run, Run.id == Delivery.run_id)  # retention may have deleted it
             .where(
+                sa.or_(Run.kind.is_(None), Run.kind != RunKind.test.value),
                 Delivery.definition_id == row.definition_id,
                 Delivery.channel == row.channel,
                 Delivery.recipient == row.recipient,

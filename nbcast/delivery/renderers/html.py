@@ -112,13 +112,19 @@ def _local_time(instant: datetime, zone: str) -> str:
 
 
 def _header(report: ReportInfo) -> str:
-    """The page header and, for a late report, the staleness banner (escaped HTML)."""
+    """The page header and, for a late report, the staleness banner (escaped HTML).
+
+    A slot's report names its version and slot, nothing about the run that made it, so
+    a dry run of the slot (:mod:`nbcast.scheduler.trial`) and a rerun render the same
+    bytes; a manual run, which has no slot, names itself and when it finished."""
     e = html_escaping.escape
-    slot = f"slot {report.slot_key}" if report.slot_key else f"manual run {report.run_id}"
-    meta = (
-        f"Version {report.version} · {slot} · "
-        f"run finished {_local_time(report.finished_at, report.timezone)}"
-    )
+    if report.slot_key:
+        meta = f"Version {report.version} · slot {report.slot_key}"
+    else:
+        meta = (
+            f"Version {report.version} · manual run {report.run_id} · "
+            f"run finished {_local_time(report.finished_at, report.timezone)}"
+        )
     parts = [
         '<header class="nbcast-header">',
         f'<h1 class="nbcast-title">{e(report.definition)}</h1>',

@@ -1,7 +1,8 @@
 """``/nbcast/api/v1/definitions/{name}/…``: what the scheduler does for one definition,
 and the diff of two of its versions.
 
-Thin faces over :mod:`nbcast.scheduler.control` (pause, resume, run now, backfill),
+Thin faces over :mod:`nbcast.scheduler.control` (pause, resume, backfill; run now is
+:mod:`~nbcast.server_extension.handlers.api_run_now`'s),
 :func:`nbcast.scheduler.preview.preview_definition`,
 :func:`nbcast.definitions.diff.diff_versions` (JSON) and
 :func:`nbcast.definitions.diff_html.diff_html` (``format=html``: a page without
@@ -28,9 +29,9 @@ from nbcast.access import Caller
 from nbcast.clock import parse_instant
 from nbcast.definitions.parameters import schema_to_json
 from nbcast.definitions.queries import get_version
-from nbcast.errors import ConfigError, ParameterValueError
+from nbcast.errors import ConfigError
 from nbcast.limits import MAX_BACKFILL_SLOTS, WALL_TIME_MAX, WALL_TIME_MIN
-from nbcast.scheduler.control import backfill, pause, resume, run_now
+from nbcast.scheduler.control import backfill, pause, resume
 from nbcast.scheduler.preview import preview_definition
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_definitions import (
@@ -52,7 +53,7 @@ __all__ = [
     "DefinitionPreviewHandler",
     "PauseHandler",
     "ResumeHandler",
-    "RunNowHandler",
+    "closed",
     "day_or_instant",
 ]
 
@@ -85,35 +86,6 @@ PAUSED = schema(
             "changed": {"type": "boolean", "description": "False: it was already so"},
             "caught_up": {**_INT, "description": "Resume: slots due before the pause, decided"},
             "skipped_paused": {**_INT, "description": "Resume: slots recorded SKIPPED paused"},
-        },
-    },
-)
-RUN_REQUEST = schema(
-    "DefinitionRunRequest",
-    {
-        "type": "object",
-        "properties": {
-            "parameters": {
-                "type": "object",
-                "description": "Values overriding the version's (each may be a slot binding)",
-            },
-            "at": {
-                "type": "string",
-                "format": "date-time",
-                "description": "The instant whose period the run reports (default: now)",
-            },
-        },
-        "additionalProperties": False,
-    },
-)
-RUN_CREATED = schema(
-    "DefinitionRunCreated",
-    {
-        "type": "object",
-        "required": ["definition", "run_ids"],
-        "properties": {
-            "definition": STRING,
-            "run_ids": {"type": "array", "items": {"type": "integer", "minimum": 1}},
         },
     },
 )
@@ -209,7 +181,7 @@ def day_or_instant(value: Any, field: str) -> date | datetime:
         raise ApiError(400, f"{field}: {exc}", field=field) from None
 
 
-def _closed(body: dict[str, Any], allowed: set[str]) -> None:
+def closed(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise ApiError(400, f"unknown field {unknown[0][:100]!r}", field=unknown[0][:100])
@@ -272,53 +244,6 @@ class ResumeHandler(ApiHandler):
 
 
 @route(
-    f"{API}/definitions/{{name}}/runs",
-    Operation(
-        "post",
-        "Run the latest version now (kind manual) with these parameter values",
-        tag="definitions",
-        params=(DEFINITION_NAME,),
-        body=RUN_REQUEST,
-        response=RUN_CREATED,
-        status=201,
-    ),
-)
-class RunNowHandler(ApiHandler):
-    """Run now."""
-
-    @authorized
-    async def post(self, name: str) -> None:
-        """Queue a manual run of ``name``."""
-        caller = self.caller
-        body = await self.json_object()
-        _closed(body, {"parameters", "at"})
-        parameters = body.get("parameters", {})
-        if not isinstance(parameters, dict):
-            raise ApiError(400, "parameters must be an object", field="parameters")
-        at = None
-        if body.get("at") is not None:
-            raw = body["at"]
-            if not isinstance(raw, str) or len(raw) > 64:
-                raise ApiError(400, "at must be an ISO 8601 instant", field="at")
-            try:
-                at = parse_instant(raw)
-            except ConfigError as exc:
-                raise ApiError(400, f"at: {exc}", field="at") from None
-        run_id = await self.call(self._run, caller, name, parameters, at)
-        self.write_json({"definition": name, "run_ids": [run_id]}, status=201)
-
-    def _run(
-        self, caller: Caller, name: str, parameters: dict[str, Any], at: datetime | None
-    ) -> int:
-        with self.state.db.session() as session:
-            require_tenant(session, caller, name)
-        try:
-            return run_now(self.state.db, self.state.clock, caller, name, parameters, at=at)
-        except ParameterValueError as exc:
-            raise ApiError(400, str(exc), field=exc.field) from None
-
-
-@route(
     f"{API}/definitions/{{name}}/backfill",
     Operation(
         "post",
@@ -338,7 +263,7 @@ class BackfillHandler(ApiHandler):
         """Backfill ``name`` over the body's range."""
         caller = self.caller
         body = await self.json_object()
-        _closed(body, {"from", "until"})
+        closed(body, {"from", "until"})
         for key in ("from", "until"):
             if key not in body:
                 raise ApiError(400, f"{key} is required", field=key)
@@ -465,14 +390,22 @@ class DefinitionDiffHandler(ApiHandler):
     def _diff(self, caller: Caller, name: str, a: int, b: int, form: str) -> Any:
         from nbcast.definitions.diff import diff_versions
         from nbcast.definitions.diff_html import diff_html
+        from nbcast.definitions.review import review_summary
 
         with self.state.db.session() as session:
             require_tenant(session, caller, name)
             old = get_version(session, caller, name, a)
             new = get_version(session, caller, name, b)
+        summary = review_summary(old, new, self.state.clock.now())
         if form == "html":
-            return diff_html(old, new)
-        answer = {"definition": name, "a": a, "b": b, "diff": diff_versions(old, new)}
+            return diff_html(old, new, summary)
+        answer = {
+            "definition": name,
+            "a": a,
+            "b": b,
+            "summary": summary.to_json(),
+            "diff": diff_versions(old, new),
+        }
         if form == "nbdime":
             answer["base"] = old.notebook
         return answer

@@ -41,6 +41,7 @@ from nbcast.definitions.effective import EffectiveParameter
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
 from nbcast.definitions.parameters import Parameter
 from nbcast.definitions.queries import VersionInfo, get_version, list_versions
+from nbcast.definitions.review import ReviewItem, ReviewSummary
 from nbcast.definitions.versions import PreparedVersion, prepare_loaded, publish
 from nbcast.errors import (
     ConfigError,
@@ -189,6 +190,11 @@ DETAIL = record_schema(
         "next_fires": {"type": "array", "maxItems": NEXT_FIRES, "items": UPCOMING},
     },
 )
+REVIEW_SUMMARY = record_schema(
+    "ReviewSummary",
+    ReviewSummary,
+    refs={ReviewItem: record_schema("ReviewItem", ReviewItem)},
+)
 DIFF = schema(
     "DefinitionDiff",
     {
@@ -199,6 +205,7 @@ DIFF = schema(
             "definition": STRING,
             "a": {"type": "integer"},
             "b": {"type": "integer"},
+            "summary": REVIEW_SUMMARY,
             "diff": {"type": "array", "items": {"type": "object", "required": ["op", "key"]}},
             "base": {
                 "type": "object",
