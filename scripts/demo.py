@@ -3,7 +3,8 @@
 1. publishes every example report in ``notebooks/examples`` (copied to a workspace,
    as a data scientist's working copies),
 2. edits one of them visibly and publishes it again (version 2),
-3. prints the version list and the diff between the two versions,
+3. prints the version list and the diff between the two versions (what changes for
+   recipients first: top_n runs with 5 instead of 15),
 4. previews the data-quality report's schedule across the New York fall-back
    (2026-11-01, when 01:00-02:00 happens twice),
 5. runs the scheduler over those days with ``nbcast scheduler tick`` and lists the
@@ -27,6 +28,10 @@
    the one-click POST from an email's ``List-Unsubscribe`` header and shows that the
    next delivery to them is SUPPRESSED ``unsubscribed``, saves screenshots of the
    status page with Chromium, and stops the server (:mod:`scripts.demo_server`),
+11. tries daily-sales without sending it — a test run to the author, a dry run of
+   Monday's slot to no one — and checks that no subscriber got either, that the dry
+   run rendered the slot's own bytes, and compares two days' reports with ``nbcast
+   runs diff`` (:mod:`scripts.demo_trial`),
 
 and prints where everything is. It uses the ``nbcast`` command exactly as a person
 would. So that it always crosses a DST change, the demo runs on nbcast's injectable
@@ -112,11 +117,15 @@ def nbcast(*args: str, env: dict[str, str], echo: bool = True, timeout: float | 
 
 
 def edit_daily_sales(path: Path) -> None:
-    """A reviewer-visible change: a new default and a new narrative cell."""
+    """A reviewer-visible change: the top list shows 5 products — the value the
+    metadata block runs it with (15 before) and the cell's default — and a new
+    narrative cell says so. (Changing only the cell's default would not change what
+    runs: publishing warns of that, and the diff flags it.)"""
     nb = json.loads(path.read_text())
     params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
     source = "".join(params["source"])
     params["source"] = source.replace("top_n = 10", "top_n = 5")
+    nb["metadata"]["nbcast"]["parameters"]["top_n"] = 5
     nb["cells"].insert(
         1,
         {
@@ -343,6 +352,7 @@ def main() -> int:
     nbcast("tenants", "set-network", "default", "none", env=env)
     sys.path.insert(0, str(REPO))  # run as a file: make `scripts` importable
     from scripts.demo_governance import governance_act, publish_regional
+    from scripts.demo_trial import check_trials, queue_trials
 
     banner("daily-sales for two regional leads: one PDF each, scoped to their region")
     publish_regional(nbcast, env, workspace, EXAMPLES / "daily_sales.ipynb")
@@ -454,6 +464,7 @@ def main() -> int:
             "2026-10-24",
             env=env,
         )
+        trials = queue_trials(nbcast, env)
         wait_for_runs(home, worker)
         show_periods(
             nbcast(
@@ -546,6 +557,7 @@ def main() -> int:
             )
     for path in mailbox.files:
         print(f"{path.name}: {describe_mail(path)}")
+    check_trials(nbcast, delivery_env, trials, runs, mailbox.files)
 
     banner("nbcast serve on this home folder: the links, one-click unsubscribe, the status page")
     from scripts.demo_server import serve_and_check

@@ -215,7 +215,8 @@ def test_run_test_and_a_dry_run_of_a_slot(
     assert code == 0
     assert "queued a test run of sales v1: run 1" in out
     assert "it goes only to me@example.com, marked TEST" in out
-    code, out, _ = run(capsys, "run", "sales", "--test", "--slot", "2099-01-05T07:00", "--json")
+    argv = ["run", "sales", "--test", "--nobody", "--slot", "2099-01-05T07:00", "--json"]
+    code, out, _ = run(capsys, *argv)
     assert code == 0
     (dry,) = json.loads(out)["runs"]
     assert (dry["kind"], dry["slot_key"], dry["to"]) == ("test", "2099-01-05T07:00", [])
@@ -225,6 +226,9 @@ def test_run_test_and_a_dry_run_of_a_slot(
     code, out, _ = run(capsys, "runs", "list", "--kind", "test", "--json")
     assert [r["test_to"] for r in json.loads(out)] == [["me@example.com"], []]
     code, _, err = run(capsys, "run", "sales", "--to", "me@example.com")
-    assert (code, err.strip()) == (2, "error: --to, --slot, --as and --version go with --test")
+    assert (code, err.strip()) == (
+        2,
+        "error: --to, --nobody, --slot, --as and --version go with --test",
+    )
     code, _, err = run(capsys, "run", "sales", "--test", "--slot", "2099-01-05T08:00")
     assert (code, err.strip()) == (2, "error: the schedule has no slot '2099-01-05T08:00'")

@@ -248,6 +248,10 @@ export const runNotebookPage = (id: number): string => nbcastUrl(`nbcast/runs/${
 export const renditionUrl = (run: number, rendition: number): string =>
   nbcastUrl(`${API}/runs/${run}/renditions/${rendition}`, { disposition: 'inline' });
 
+/** Two runs' reports compared, as the server renders it (script-free). */
+export const comparePage = (a: number, b: number): string =>
+  nbcastUrl(`${API}/runs/${a}/diff/${b}`, { format: 'html' });
+
 /** nbdime's rendering of the diff of two versions, as the server makes it (script-free). */
 export const diffPage = (name: string, a: number, b: number): string =>
   nbcastUrl(`${API}/definitions/${enc(name)}/diff`, { a: String(a), b: String(b), format: 'html' });

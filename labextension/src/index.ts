@@ -26,6 +26,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { backfillDialog, runNowDialog } from './actions';
+import { comparisonWidget } from './compare';
 import { executedWidget } from './executed';
 import { fileAccess, openScheduleDialog, readFile, type NotebookAccess } from './dialog';
 import type { Block } from './form/model';
@@ -110,6 +111,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           void import('./diff').then(({ diffWidget }) => openTab(diffWidget(name, a, b, rendermime))),
         openRunNotebook: run =>
           openTab(executedWidget(run, { rendermime, editorServices, contentFactory })),
+        openComparison: (definition, a, b) => openTab(comparisonWidget(definition, a, b)),
         openNotebook: path => {
           // A definition is bound to the file's absolute path; Lab opens paths under its root.
           const root = (app as any).paths?.directories?.serverRoot as string | undefined;

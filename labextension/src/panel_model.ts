@@ -16,6 +16,8 @@ export interface PanelActions {
   backfill(name: string): Promise<void>;
   openDiff(name: string, a: number, b: number): void;
   openRunNotebook(run: RunDetail): void;
+  /** Compare run `a`'s report (before) with run `b`'s (after) in a tab. */
+  openComparison(definition: string, a: number, b: number): void;
   openNotebook(path: string): void;
 }
 

@@ -254,6 +254,7 @@ export function RunView(props: { panel: PanelHost }): JSX.Element {
           </button>
         ) : null}
       </div>
+      {run.notebook_sha256 ? <CompareWith panel={panel} run={run} /> : null}
       <KeyValues data={run.context} label="Context" />
       <KeyValues data={run.parameters} label="Parameters" />
       {run.attempts.length ? (
@@ -341,4 +342,29 @@ export function testLine(run: {
   const what = slot ? `dry run of slot ${slot}` : 'test run';
   const to = run.test_to && run.test_to.length ? `to ${run.test_to.join(', ')}` : 'to no one';
   return `${what}, ${to}`;
+}
+
+/** "Compare with…": another succeeded run of the definition, its report before this one's. */
+function CompareWith(props: { panel: PanelHost; run: RunDetail }): JSX.Element | null {
+  const { panel, run } = props;
+  const others = panel.data.runs.filter(r => r.id !== run.id && r.state === 'SUCCEEDED');
+  const [other, setOther] = React.useState<number | null>(null);
+  if (!others.length) {
+    return null;
+  }
+  const chosen = other ?? others[0].id;
+  return (
+    <div className="nbcast-Compare">
+      <select aria-label="compare with run" value={chosen} onChange={e => setOther(Number(e.target.value))}>
+        {others.map(r => (
+          <option key={r.id} value={r.id}>
+            #{r.id} · {testLine(r)} · v{r.version}
+          </option>
+        ))}
+      </select>
+      <button className="jp-mod-styled" onClick={() => panel.actions.openComparison(run.definition, chosen, run.id)}>
+        Compare reports
+      </button>
+    </div>
+  );
 }

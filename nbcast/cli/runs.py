@@ -56,6 +56,11 @@ __all__: list[str] = []
     help="With --test: email the test run here instead (repeat for more; at most 10).",
 )
 @click.option(
+    "--nobody",
+    is_flag=True,
+    help="With --test: send it to no one (only render it; the files are in `runs show`).",
+)
+@click.option(
     "--slot",
     default=None,
     metavar="KEY",
@@ -85,6 +90,7 @@ def run_command(
     at: datetime | None,
     test: bool,
     to: tuple[str, ...],
+    nobody: bool,
     slot: str | None,
     recipient: str | None,
     version: int | None,
@@ -99,10 +105,13 @@ def run_command(
 
     values = parse_assignments(parameters)
     if test:
-        _test_run(app, name, values, at, to, slot, recipient, version, as_json)
+        if nobody and to:
+            raise ConfigError("--nobody and --to contradict each other")
+        addresses = () if nobody else to or None
+        _test_run(app, name, values, at, addresses, slot, recipient, version, as_json)
         return
-    if to or slot or recipient or version:
-        raise ConfigError("--to, --slot, --as and --version go with --test")
+    if to or nobody or slot or recipient or version:
+        raise ConfigError("--to, --nobody, --slot, --as and --version go with --test")
     ids = run_now_all(app.db, app.clock, app.caller, name, values, at=at)
     if as_json:
         emit_json(
@@ -126,7 +135,7 @@ def _test_run(
     name: str,
     values: dict[str, Any],
     at: datetime | None,
-    to: tuple[str, ...],
+    to: tuple[str, ...] | None,
     slot: str | None,
     recipient: str | None,
     version: int | None,
@@ -140,7 +149,7 @@ def _test_run(
         app.caller,
         name,
         values,
-        to=to or None,
+        to=to,
         slot=slot,
         at=at,
         recipient=recipient,
@@ -281,6 +290,29 @@ def runs_show(app: AppContext, run_id: int, as_json: bool) -> None:
         emit_json(detail.to_json())
     else:
         _show(detail)
+
+
+@runs.command("diff")
+@click.argument("run_a", metavar="RUN_A", type=int)
+@click.argument("run_b", metavar="RUN_B", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def runs_diff(app: AppContext, run_a: int, run_b: int, as_json: bool) -> None:
+    """Compare the reports of RUN_A and RUN_B as a reader would: recorded tables cell by
+    cell (numbers with their change), text by cell, images; timings, execution counts
+    and ids ignored. To see what a new version changes, dry-run it on a slot the live
+    version ran (`nbcast run NAME --test --nobody --version N --slot KEY`) and compare
+    the two runs."""
+    from nbcast.artifacts import open_store
+    from nbcast.views.run_compare import compare_runs
+
+    store = open_store(app.settings.artifacts_location)
+    with app.db.session() as session:
+        comparison = compare_runs(session, app.caller, run_a, run_b, store)
+    if as_json:
+        emit_json(comparison.to_json())
+    else:
+        click.echo("\n".join(comparison.lines()))
 
 
 def _seconds(value: float | None) -> str:

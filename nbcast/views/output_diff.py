@@ -5,12 +5,12 @@ cell ids, the injected parameters, the HTML of every table. :func:`compare_outpu
 reads what a recipient sees instead, in three kinds:
 
 - **Tables** recorded with :func:`nbcast.output.table`, matched by name (a table only
-  in one run is added or removed). Rows are matched by a **key**: the leading columns
-  that are not numbers (text, dates, booleans) — as few as make every row's key unique
-  in both runs (``region``; ``sku``) — else by position. Matched rows are compared cell
-  by cell: a number with its delta and relative change (``revenue 1,200 → 1,350 (+150,
-  +12.5%)``), any other value as before → after; rows and columns only in one run are
-  listed as added or removed.
+  in one run is added or removed). Rows are matched by a **key**: the columns that are
+  not numbers (text, dates, booleans), in order, as few as make every row's key unique
+  in both runs (``region``; ``sku`` beside a ``rank``) — else by position. Matched rows
+  are compared cell by cell: a number with its delta and relative change (``revenue
+  1,200 → 1,350 (+150, +12.5%)``), any other value as before → after; rows and columns
+  only in one run are listed as added or removed.
 - **Text**: each cell's markdown, and the text its outputs show (streams, plain text
   or markdown results, errors; an HTML-only output as its text), cells matched by id
   (papermill keeps them; by position when a notebook has none), compared as unified
@@ -59,6 +59,7 @@ __all__ = [
     "TableDiff",
     "TextDiff",
     "compare_outputs",
+    "number_text",
 ]
 
 MAX_CHANGES = 500
@@ -109,7 +110,7 @@ class CellChange:
         """``revenue 1200 → 1350 (+150, +12.5%)``."""
         line = f"{self.column} {_shown(self.before)} → {_shown(self.after)}"
         if self.delta is not None:
-            extra = _number(self.delta, signed=True)
+            extra = number_text(self.delta, signed=True)
             if self.percent is not None:
                 extra += f", {self.percent:+.1f}%"
             line += f" ({extra})"
@@ -236,7 +237,9 @@ class OutputDiff:
                 )
         if self.more_images:
             out.append(f"… {self.more_images} more images not compared")
-        return out or ["the two reports show the same tables, text and images"]
+        if self.same:
+            out.insert(0, "the two reports show the same tables, text and images")
+        return out
 
 
 def _table_lines(table: TableDiff) -> list[str]:
@@ -274,7 +277,7 @@ def compare_outputs(before: Mapping[str, Any], after: Mapping[str, Any]) -> Outp
 def _payloads(notebook: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
     try:
         return table_payloads(notebook)
-    except RenderError:
+    except (RenderError, AttributeError, TypeError, KeyError):  # a malformed notebook
         return None
 
 
@@ -370,12 +373,13 @@ def _key(
     ra: Sequence[Mapping[str, Any]],
     rb: Sequence[Mapping[str, Any]],
 ) -> tuple[str, ...]:
-    """The fewest leading non-numeric common columns whose values key every row of both
-    tables uniquely; () for none (rows then match by position)."""
+    """The fewest of the common columns that are not numbers, taken in order, whose
+    values key every row of both tables uniquely; () for none (rows then match by
+    position)."""
     leading: list[str] = []
     for column in common:
         if fa.get(column) in _NUMERIC or fb.get(column) in _NUMERIC:
-            break
+            continue
         leading.append(column)
         if len(leading) > MAX_KEY_COLUMNS:
             return ()
@@ -428,14 +432,20 @@ def _change(row: str, column: str, x: Any, y: Any, numeric: bool) -> CellChange:
     return CellChange(row=row, column=column, before=x, after=y, delta=delta, percent=percent)
 
 
-def _number(value: float, *, signed: bool = False) -> str:
-    text = f"{value:+,.10g}" if signed else f"{value:,.10g}"
-    return text
+def number_text(value: float, *, signed: bool = False) -> str:
+    """A number as a reader reads it: whole numbers whole, others to two decimals (to
+    four significant digits below 1)."""
+    sign = "+" if signed else ""
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{value:{sign},.0f}"
+    if abs(value) >= 1:
+        return f"{value:{sign},.2f}"
+    return f"{value:{sign}.4g}"
 
 
 def _shown(value: Any) -> str:
     if _is_number(value):
-        return _number(float(value)) if isinstance(value, float) else f"{value:,}"
+        return number_text(float(value)) if isinstance(value, float) else f"{value:,}"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 

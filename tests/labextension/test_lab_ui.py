@@ -496,6 +496,23 @@ def test_the_executed_notebook_and_a_rendition_open(driver: Any) -> None:
     assert answer.headers["content-security-policy"].startswith("sandbox;")
 
 
+def test_two_reports_compared_in_a_tab(driver: Any) -> None:
+    """The manual run (region EMEA) compared with the dry run of the coming slot."""
+    view = driver.page.locator(f"{lab_ui.PANEL} .nbcast-Run")
+    choice = view.locator("select[aria-label='compare with run']")
+    choice.wait_for()
+    assert "dry run of slot" in text(choice.locator("option").first)
+    view.get_by_role("button", name="Compare reports").click()
+    driver.page.locator(".jp-MainAreaWidget[data-compare]").wait_for()
+    frame = driver.page.frame_locator(".nbcast-CompareFrame iframe").first
+    frame.locator("h1", has_text="Reports compared").wait_for()
+    body = frame.locator("body").inner_text()
+    assert "Table revenue_by_region: changed" in body
+    assert "execution_count" not in body
+    assert frame.locator("script").count() == 0
+    driver.screenshot("11b-compare-reports")
+
+
 def test_pause_from_the_panel(driver: Any, lab: LiveServer) -> None:
     panel = driver.page.locator(lab_ui.PANEL)
     panel.locator(".nbcast-Back").click()

@@ -432,6 +432,8 @@ def test_bob_never_finds_alice_runs(
             ("POST", f"{API}/runs/{run_id}/rerun"),
             ("POST", f"{API}/runs/{run_id}/deliveries/retry"),
             ("GET", f"{API}/deliveries?run={run_id}"),
+            ("GET", f"{API}/runs/{run_id}/diff/{seeded.bob_run}"),
+            ("GET", f"{API}/runs/{seeded.bob_run}/diff/{run_id}"),
         ]:
             answer = bob.request(method, path)
             assert answer.status_code == 404, (method, path, answer.text)
@@ -447,3 +449,41 @@ def test_bob_never_finds_alice_runs(
         "99999999", str(seeded.failed)
     )
     assert alice.get(f"{API}/runs/{queued[2]}").json()["cancel_requested_at"] is None
+
+
+def test_two_runs_reports_compared_as_json_and_as_a_page(
+    server: LiveServer, seeded: Seeded, queued: list[int], alice: httpx.Client
+) -> None:
+    """The sales report (a recorded table, a printed line) against the broken one (an
+    error, no table): what a reader sees, nothing volatile; the page has no script and
+    frames only data: images; a run without a notebook is a 404 saying so."""
+    answer = alice.get(f"{API}/runs/{seeded.succeeded}/diff/{seeded.failed}")
+    assert answer.status_code == 200, answer.text
+    compared = answer.json()
+    assert (compared["a"]["id"], compared["b"]["definition"]) == (seeded.succeeded, "broken")
+    assert [(t["name"], t["status"]) for t in compared["tables"]] == [("sales", "removed")]
+    assert any(
+        "ValueError: no sales today" in line for t in compared["texts"] for line in t["lines"]
+    )
+    assert "execution_count" not in answer.text
+    same = alice.get(f"{API}/runs/{seeded.succeeded}/diff/{seeded.succeeded}").json()
+    assert same["same"] is True
+    page = alice.get(
+        f"{API}/runs/{seeded.succeeded}/diff/{seeded.failed}", params={"format": "html"}
+    )
+    assert page.status_code == 200
+    assert page.headers["content-security-policy"].endswith("img-src data:")
+    assert "<script" not in page.text.lower()
+    assert "Table sales: removed" in page.text
+    missing = alice.get(f"{API}/runs/{seeded.succeeded}/diff/{queued[0]}")
+    assert missing.status_code == 404
+    assert "has no executed notebook" in error_of(missing)["message"]
+    # The status page's form lands on the page above.
+    with server.client("alice", follow_redirects=False) as browser:
+        moved = browser.get(
+            f"/nbcast/runs/{seeded.failed}/compare", params={"with": seeded.succeeded}
+        )
+    assert moved.status_code == 302
+    assert moved.headers["location"].endswith(
+        f"{API}/runs/{seeded.succeeded}/diff/{seeded.failed}?format=html"
+    )

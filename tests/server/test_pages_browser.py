@@ -195,6 +195,8 @@ def test_the_diff_of_two_versions_from_the_definition_page(
     page.wait_for_url("**/diff?*")
     assert "format=html" in page.url
     text = page.inner_text("body")
+    # What changes for recipients comes first: here only the code.
+    assert text.index("What changes for recipients") < text.index("1 cell changed")
     assert "the second version" in text  # the added line
     assert "print(region)" in text  # the removed one
     assert page.locator("script").count() == 0
@@ -237,6 +239,39 @@ def test_run_now_from_the_page_runs_to_success(
     assert "SUCCEEDED" in state
     assert '"APAC"' in page.inner_text("main")
     page.screenshot(path=str(artifacts / "run-succeeded.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_two_reports_compared_from_the_run_page(
+    page: Any, server: LiveServer, seeded: Seeded, artifacts: Path
+) -> None:
+    """After the APAC run above, an EMEA run; its page compares it with the APAC one:
+    the printed line before and after, and no script."""
+    _open(page, f"{server.url}/nbcast/definitions/{seeded.good}")
+    page.fill("textarea[name=parameters]", "region=EMEA")
+    page.get_by_role("button", name="Run now").click()
+    page.wait_for_url(f"{server.url}/nbcast/runs/*")
+    run_url = page.url
+    worker = subprocess.run(
+        [str(BIN / "nbcast"), "worker", "--exit-when-idle", "--no-warm-kernels"],
+        env={**server.env, "NBCAST_USER": "alice"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 0, worker.stderr
+    _open(page, run_url)
+    assert "SUCCEEDED" in page.inner_text("h1")
+    choice = page.locator("select[name=with] option").first
+    assert "#" in choice.inner_text()
+    page.get_by_role("button", name="Compare reports").click()
+    page.wait_for_url("**/diff/**")
+    text = page.inner_text("body")
+    assert "Reports compared" in text
+    assert "-APAC" in text.replace(" ", "")
+    assert "+EMEA" in text.replace(" ", "")
+    assert page.locator("script").count() == 0
+    page.screenshot(path=str(artifacts / "run-compare.png"), full_page=True)
     assert page.problems == []
 
 

@@ -19,6 +19,7 @@ from tornado import web
 
 from nbcast.delivery.models import DeliveryState, RenditionState
 from nbcast.server_extension.errors import ApiError, status_of
+from nbcast.server_extension.handlers.base import whole_number
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_DELIVERY,
     ACTIVE_RUN,
@@ -28,7 +29,17 @@ from nbcast.server_extension.handlers.page_handler import (
     page_route,
 )
 
-__all__ = ["NOTEBOOK_VIEW_CSP", "USER_AGENT_SHOWN", "RunNotebookView", "RunPage"]
+__all__ = [
+    "COMPARE_CHOICES",
+    "NOTEBOOK_VIEW_CSP",
+    "USER_AGENT_SHOWN",
+    "RunComparePage",
+    "RunNotebookView",
+    "RunPage",
+]
+
+COMPARE_CHOICES = 30
+"""The definition's newest succeeded runs offered to compare a run's report with."""
 
 USER_AGENT_SHOWN = 120
 """Characters of an opening's user agent shown in its row (the whole, at most 256
@@ -59,6 +70,7 @@ class RunPage(PageHandler):
     def _read(self, caller: Any, run_id: int) -> dict[str, Any]:
         from nbcast.delivery.queries import list_links
         from nbcast.errors import UnknownRunError
+        from nbcast.executor.queries import list_runs
         from nbcast.tenancy.roles import require_role_or_operator
         from nbcast.views.overview import tenant_known
         from nbcast.views.run_files import attempt_tracebacks
@@ -70,7 +82,20 @@ class RunPage(PageHandler):
                 raise UnknownRunError(f"no run {run_id}")
             run = get_run(session, caller, run_id, artifacts=self.state.store)
             links = list_links(session, caller, run_id=run_id, limit=100).items
+            others = [
+                r
+                for r in list_runs(
+                    session,
+                    caller,
+                    definition=run.definition,
+                    state="SUCCEEDED",
+                    order="desc",
+                    limit=COMPARE_CHOICES + 1,
+                ).items
+                if r.id != run_id
+            ][:COMPARE_CHOICES]
         return {
+            "others": others,
             "run": run,
             "links": links,
             "opens": run.link_opens,
@@ -172,3 +197,22 @@ class RunNotebookView(PageHandler):
         self.set_header("Content-Type", "text/plain; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(f"{status}: {text}\n")
+
+
+@page_route("/nbcast/runs/{run_id}/compare", "Compare a run's report with another run's")
+class RunComparePage(PageHandler):
+    """``/nbcast/runs/{run_id}/compare?with=N``: the run page's "Compare" form lands
+    here and is sent on to the comparison page the API renders
+    (``/nbcast/api/v1/runs/{run_id}/diff/{N}?format=html``), which checks both runs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        """Redirect to the comparison of the two runs' reports."""
+        self.caller  # noqa: B018 - a user without a tenant is refused before any work
+        number = self.run_id(run_id)
+        raw = self.get_query_argument("with", "")[:24]
+        other = whole_number(raw) if raw else None
+        if other is None or not 1 <= other < 2**63:
+            raise ApiError(400, "with must be the number of the run to compare with", field="with")
+        self.redirect(self.api_url("runs", other, "diff", number) + "?format=html")
