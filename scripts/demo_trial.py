@@ -2,6 +2,8 @@
 
 :func:`queue_trials`, while the report worker runs:
 
+- ``nbcast run daily-sales --test -p region=MARS`` is refused (exit 2): the example's
+  ``region`` is a ``Literal`` of five regions;
 - ``nbcast run daily-sales --test --to author@…``: a test run, rendered and mailed to
   the author only, ``[TEST]`` in its subject;
 - ``nbcast run daily-sales --test --nobody --slot 2026-11-02T07:00``: a dry run of
@@ -43,7 +45,17 @@ def _banner(text: str) -> None:
 
 
 def queue_trials(nbcast: Runner, env: dict[str, str]) -> dict[str, int]:
-    """Queue the test run and the dry run; return their run ids."""
+    """Refuse a region daily-sales does not have; queue the test run and the dry run;
+    return their run ids."""
+    from scripts.demo_governance import _attempt
+
+    _banner("a parameter's allowed values: region is one of five")
+    refused = _attempt("run", "daily-sales", "--test", "-p", "region=MARS", env=env)
+    if (
+        refused.returncode != 2
+        or "is not one of EMEA, AMER, APAC, LATAM, ALL" not in refused.stderr
+    ):
+        raise SystemExit("demo failed: region=MARS was not refused")
     _banner("try before sending: a test run to the author, a dry run of Monday's slot")
     test = json.loads(
         nbcast("run", "daily-sales", "--test", "--to", AUTHOR, "--json", env=env, echo=False)

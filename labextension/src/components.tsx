@@ -8,6 +8,7 @@ import * as React from 'react';
 import type { UpcomingFire } from './api';
 import { fireLine } from './form/preview';
 
+import { BUILD_BASES, BUILD_FORMATS, BUILD_SNAPS, BUILD_UNITS, buildBinding } from './form/bindings';
 import {
   BINDING_PRESETS,
   bindable,
@@ -15,6 +16,19 @@ import {
   type ParameterMode,
   type ParameterSpec
 } from './form/model';
+
+const PRESET_GROUPS = [...new Set(BINDING_PRESETS.map(p => p.group))];
+
+/** A parameter's rule for people: "one of EMEA, AMER" / "1 to 50" / "matches …". */
+export function ruleText(spec: ParameterSpec): string {
+  const a = spec.allowed;
+  if (!a) return '';
+  const parts: string[] = [];
+  if (a.choices) parts.push(`one of ${a.choices.map(c => (typeof c === 'string' ? c : JSON.stringify(c))).join(', ')}`);
+  if (a.min !== null || a.max !== null) parts.push(`${a.min ?? '…'} to ${a.max ?? '…'}`);
+  if (a.pattern) parts.push(`matches ${a.pattern}`);
+  return parts.join('; ');
+}
 
 export function FieldError(props: { error?: string; testid?: string }): JSX.Element | null {
   if (!props.error) {
@@ -108,6 +122,8 @@ export function ParameterRows(props: {
   inputs: ParameterInput[];
   errors: Record<string, string>;
   onChange: (index: number, change: Partial<ParameterInput>) => void;
+  /** What each bound parameter resolves to in the next slots (the schedule's preview). */
+  resolved?: Record<string, string[]>;
 }): JSX.Element {
   if (props.schema.length === 0) {
     return (
@@ -131,6 +147,11 @@ export function ParameterRows(props: {
                 <code>{input.name}</code>
                 <span className="nbcast-ParamType">{spec.type}</span>
                 {spec.help ? <div className="nbcast-Hint">{spec.help}</div> : null}
+                {spec.allowed ? (
+                  <div className="nbcast-Hint nbcast-Rule" data-rule={input.name}>
+                    {ruleText(spec)}
+                  </div>
+                ) : null}
               </td>
               <td>
                 <select
@@ -158,6 +179,21 @@ export function ParameterRows(props: {
                       <option value="true">true</option>
                       <option value="false">false</option>
                     </select>
+                  ) : spec.allowed?.choices ? (
+                    <select
+                      aria-label={`${input.name} value`}
+                      value={input.text}
+                      onChange={e => props.onChange(index, { text: e.target.value })}
+                    >
+                      {spec.allowed.choices.some(c => String(c) === input.text) ? null : (
+                        <option value={input.text}>{input.text || '(choose)'}</option>
+                      )}
+                      {spec.allowed.choices.map(c => (
+                        <option key={String(c)} value={String(c)}>
+                          {String(c)}
+                        </option>
+                      ))}
+                    </select>
                   ) : (
                     <input
                       aria-label={`${input.name} value`}
@@ -172,13 +208,27 @@ export function ParameterRows(props: {
                       value={input.binding}
                       onChange={e => props.onChange(index, { binding: e.target.value })}
                     >
-                      {BINDING_PRESETS.map(p => (
-                        <option key={p.id} value={p.id}>
-                          {p.label}
-                        </option>
+                      {PRESET_GROUPS.map(group => (
+                        <optgroup key={group} label={group}>
+                          {BINDING_PRESETS.filter(p => p.group === group).map(p => (
+                            <option key={p.id} value={p.id}>
+                              {p.label}
+                            </option>
+                          ))}
+                        </optgroup>
                       ))}
-                      <option value="custom">a binding written as JSON…</option>
+                      <optgroup label="Other">
+                        <option value="build">build one: base, shift, snap, format…</option>
+                        <option value="custom">a binding written as JSON…</option>
+                      </optgroup>
                     </select>
+                    {input.binding === 'build' ? (
+                      <BindingBuilder
+                        name={input.name}
+                        input={input}
+                        onChange={build => props.onChange(index, { build })}
+                      />
+                    ) : null}
                     {input.binding === 'custom' ? (
                       <textarea
                         aria-label={`${input.name} binding JSON`}
@@ -190,6 +240,11 @@ export function ParameterRows(props: {
                     ) : null}
                   </>
                 )}
+                {input.mode === 'binding' && props.resolved?.[input.name]?.length ? (
+                  <div className="nbcast-Hint nbcast-Resolved" data-resolved={input.name}>
+                    next slots: {props.resolved[input.name].join(' · ')}
+                  </div>
+                ) : null}
                 <FieldError error={error} testid={`parameter:${input.name}`} />
               </td>
             </tr>
@@ -208,5 +263,57 @@ export function NextFire(props: { fire: UpcomingFire }): JSX.Element {
       {line.when} <span className="nbcast-Offset">{line.offset}</span>
       {line.skipped ? <span className="nbcast-Reason"> skipped</span> : null}
     </span>
+  );
+}
+
+/** The binding builder: from a base, shift by a number of units, snap, format. */
+function BindingBuilder(props: {
+  name: string;
+  input: ParameterInput;
+  onChange: (build: ParameterInput['build']) => void;
+}): JSX.Element {
+  const b = props.input.build;
+  const set = (change: Partial<ParameterInput['build']>) => props.onChange({ ...b, ...change });
+  const built = buildBinding(b);
+  return (
+    <div className="nbcast-BindingBuilder">
+      <select aria-label={`${props.name} base`} value={b.base} onChange={e => set({ base: e.target.value as any })}>
+        {BUILD_BASES.map(([v, label]) => (
+          <option key={v} value={v}>
+            {label}
+          </option>
+        ))}
+      </select>
+      <input
+        aria-label={`${props.name} shift`}
+        className="nbcast-Shift"
+        value={b.amount}
+        onChange={e => set({ amount: e.target.value })}
+      />
+      <select aria-label={`${props.name} unit`} value={b.unit} onChange={e => set({ unit: e.target.value as any })}>
+        {BUILD_UNITS.map(([v, label]) => (
+          <option key={v} value={v}>
+            {label}
+          </option>
+        ))}
+      </select>
+      <select aria-label={`${props.name} snap`} value={b.snap} onChange={e => set({ snap: e.target.value })}>
+        {BUILD_SNAPS.map(([v, label]) => (
+          <option key={v} value={v}>
+            {label}
+          </option>
+        ))}
+      </select>
+      <select aria-label={`${props.name} format`} value={b.format} onChange={e => set({ format: e.target.value })}>
+        {BUILD_FORMATS.map(([v, label]) => (
+          <option key={v} value={v}>
+            {label}
+          </option>
+        ))}
+      </select>
+      <code className="nbcast-Hint" data-binding-json={props.name}>
+        {built.value ? JSON.stringify(built.value) : built.error}
+      </code>
+    </div>
   );
 }

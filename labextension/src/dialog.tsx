@@ -21,7 +21,16 @@ import * as React from 'react';
 
 import { ApiError, api, type NotebookCheck } from './api';
 import { ScheduleFormView, type FormHost } from './dialog_view';
-import { blockToForm, fieldKey, formToBlock, isAdvanced, type Block, type FormModel } from './form/model';
+import { resolvedValues } from './form/bindings';
+import {
+  blockToForm,
+  fieldKey,
+  formBindings,
+  formToBlock,
+  isAdvanced,
+  type Block,
+  type FormModel
+} from './form/model';
 import { browserZone, previewLines, previewQuery, previewRanges, type FireLine } from './form/preview';
 
 /** Reading and writing the notebook the dialog is about. */
@@ -81,12 +90,20 @@ export class ScheduleBody extends ReactWidget implements FormHost {
   original: Block | null;
   check: NotebookCheck | null = null;
   errors: Record<string, string> = {};
-  preview: { next: FireLine[]; ahead: FireLine[]; error: string | null; loading: boolean; of: string } = {
+  preview: {
+    next: FireLine[];
+    ahead: FireLine[];
+    error: string | null;
+    loading: boolean;
+    of: string;
+    resolved: Record<string, string[]>;
+  } = {
     next: [],
     ahead: [],
     error: null,
     loading: false,
-    of: ''
+    of: '',
+    resolved: {}
   };
   busy = false;
   /** The definition's name once published. */
@@ -158,19 +175,22 @@ export class ScheduleBody extends ReactWidget implements FormHost {
     const of = [f.kind, f.cron, f.every, f.timezone, f.advanced.dstGap, f.advanced.dstFold].join('|');
     const ranges = previewRanges(new Date());
     if (previewQuery(f.kind, f.cron, f.every, f.timezone, f.advanced.dstGap, f.advanced.dstFold, ranges[0]) === null) {
-      this.preview = { next: [], ahead: [], error: null, loading: false, of };
+      this.preview = { next: [], ahead: [], error: null, loading: false, of, resolved: {} };
       this.update();
       return;
     }
+    // The bound parameters resolve for the next slots with the scheduler's own rules.
+    const bindings = formBindings(f.parameters);
     this.preview = { ...this.preview, loading: true };
     this.update();
     let error: string | null = null;
     for (const range of ranges) {
       const query = previewQuery(f.kind, f.cron, f.every, f.timezone, f.advanced.dstGap, f.advanced.dstFold, range)!;
+      if (Object.keys(bindings).length) query.bindings = JSON.stringify(bindings);
       try {
         const rows = await api.preview(query);
         if (generation !== this._generation) return;
-        this.preview = { ...previewLines(rows), error: null, loading: false, of };
+        this.preview = { ...previewLines(rows), error: null, loading: false, of, resolved: resolvedValues(rows) };
         this.update();
         return;
       } catch (e) {
@@ -181,7 +201,7 @@ export class ScheduleBody extends ReactWidget implements FormHost {
       }
     }
     if (generation !== this._generation) return;
-    this.preview = { next: [], ahead: [], error, loading: false, of };
+    this.preview = { next: [], ahead: [], error, loading: false, of, resolved: {} };
     this.update();
   }
 

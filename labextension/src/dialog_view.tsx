@@ -25,7 +25,14 @@ export interface FormHost {
   readonly form: FormModel;
   readonly check: NotebookCheck | null;
   readonly errors: Record<string, string>;
-  readonly preview: { next: FireLine[]; ahead: FireLine[]; error: string | null; loading: boolean; of: string };
+  readonly preview: {
+    next: FireLine[];
+    ahead: FireLine[];
+    error: string | null;
+    loading: boolean;
+    of: string;
+    resolved: Record<string, string[]>;
+  };
   readonly busy: boolean;
   readonly schema: ParameterSpec[];
   openAdvanced: boolean;
@@ -286,8 +293,9 @@ export function ScheduleFormView(props: { body: FormHost }): JSX.Element {
           schema={body.schema}
           inputs={f.parameters}
           errors={body.errors}
+          resolved={body.preview.resolved}
           onChange={(i: number, change: Partial<ParameterInput>) =>
-            body.change(m => (m.parameters[i] = { ...m.parameters[i], ...change }))
+            body.change(m => (m.parameters[i] = { ...m.parameters[i], ...change }), true)
           }
         />
         <FieldError error={body.errors.parameters} testid="parameters" />

@@ -27,6 +27,7 @@ are JSON data rendered by papermill's translators. There is no raw parameter.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import json
 import math
@@ -36,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nbcast.definitions.allowed import Allowed, check_rule, compatible, parse_allowed
 from nbcast.definitions.bindings import is_binding, parse_binding
 from nbcast.errors import MetadataError, ParametersCellError, ParameterValueError
 from nbcast.limits import MAX_PARAMETERS, MAX_PARAMETERS_CELL_CHARS, clip, json_problem
@@ -49,6 +51,7 @@ __all__ = [
     "schema_from_json",
     "schema_to_json",
     "validate_parameters",
+    "with_allowed",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
@@ -84,10 +87,19 @@ class Parameter:
     help: str = ""
     """The comment at the end of its line."""
     line: int = internal(default=0)
+    allowed: Allowed | None = None
+    """The values it accepts — choices, bounds, a pattern (:mod:`nbcast.definitions.allowed`);
+    None: any value of its type."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (without its line)."""
-        return {"name": self.name, "type": self.type, "default": self.default, "help": self.help}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "default": self.default,
+            "help": self.help,
+            "allowed": self.allowed.to_json() if self.allowed is not None else None,
+        }
 
 
 def _is_json_literal(value: Any) -> bool:
@@ -133,11 +145,14 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
     for node in tree.body:
         text = clip(lines[node.lineno - 1].strip() if node.lineno <= len(lines) else "", 60)[1:-1]
         annotation: str | None = None
+        choices: list[Any] | None = None
+        if _imports_literal(node):
+            continue  # `from typing import Literal`, for a Literal[...] annotation
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value_node = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value_node = node.target, node.value
-            annotation = _annotation(node.annotation, text, node.lineno)
+            annotation, choices = _annotation(node.annotation, text, node.lineno)
         else:
             raise ParametersCellError(
                 f"`{text}` is not an assignment of a literal default", node.lineno
@@ -164,7 +179,7 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
             raise ParametersCellError(problem, node.lineno)
         kind = _TYPE_NAMES[type(value)]
         if annotation is not None and value is not None:
-            if not _compatible(annotation, value):
+            if not compatible(annotation, value):
                 raise ParametersCellError(
                     f"`{name}` is annotated {annotation} but its default is {kind}", node.lineno
                 )
@@ -172,45 +187,59 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
         if len(params) >= MAX_PARAMETERS:
             raise ParametersCellError(f"more than {MAX_PARAMETERS} parameters", node.lineno)
         end = node.end_lineno or node.lineno
-        params[name] = Parameter(
+        parameter = Parameter(
             name=name,
             type=kind,
             default=value,
             help=comments.get(end) or comments.get(node.lineno, ""),
             line=node.lineno,
         )
+        if choices is not None:
+            try:
+                rule = check_rule(name, kind, value, {"choices": choices}, name)
+            except MetadataError as exc:
+                raise ParametersCellError(f"`{text}`: {exc}", node.lineno) from None
+            parameter = dataclasses.replace(parameter, allowed=rule)
+        params[name] = parameter
     return tuple(params.values())
 
 
-def _annotation(node: ast.expr, text: str, line: int) -> str:
-    """The type an annotation names; anything but a bare allowed name is refused."""
+def _imports_literal(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.ImportFrom)
+        and node.module == "typing"
+        and node.level == 0
+        and [(a.name, a.asname) for a in node.names] == [("Literal", None)]
+    )
+
+
+def _annotation(node: ast.expr, text: str, line: int) -> tuple[str, list[Any] | None]:
+    """The type an annotation names, and for ``Literal[...]`` its choices; anything but
+    a bare allowed name or a ``Literal`` of literals is refused."""
     if isinstance(node, ast.Name) and node.id in _ANNOTATIONS:
-        return _ANNOTATIONS[node.id]
+        return _ANNOTATIONS[node.id], None
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "Literal"
+    ):
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if items and all(isinstance(i, ast.Constant) for i in items):
+            choices = [i.value for i in items if isinstance(i, ast.Constant)]
+            kinds = {_TYPE_NAMES.get(type(c)) for c in choices}
+            if kinds <= {"int", "float"} and kinds:
+                return ("int" if kinds == {"int"} else "float"), choices
+            if len(kinds) == 1 and kinds <= {"str", "bool"}:
+                return str(kinds.pop()), choices
     allowed = ", ".join(_ANNOTATIONS)
     raise ParametersCellError(
-        f"`{text}`: an annotation must be one of the bare names {allowed}", line
+        f"`{text}`: an annotation must be one of the bare names {allowed}, or "
+        "Literal[...] of str, int, float or bool literals",
+        line,
     )
 
 
 _NOT_LITERAL = object()
-
-
-def _compatible(kind: str, value: Any) -> bool:
-    if kind == "null":
-        return True
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "list":
-        return isinstance(value, list)
-    if kind == "dict":
-        return isinstance(value, dict)
-    return False
 
 
 def validate_parameters(
@@ -255,9 +284,11 @@ def validate_parameters(
                         f"{clip(param.default)} is {param.type}",
                     )
                 )
+            elif param.allowed is not None and param.allowed.choices is not None:
+                problems.append((name, f"{name}: a binding cannot be one of its choices"))
         elif not _is_json_literal(value):
             problems.append((name, f"{name}: {type(value).__name__} is not a JSON value"))
-        elif not _compatible(param.type, value):
+        elif not compatible(param.type, value):
             problems.append(
                 (
                     name,
@@ -265,6 +296,8 @@ def validate_parameters(
                     f"got {type(value).__name__} {clip(value)}",
                 )
             )
+        elif param.allowed is not None and (refused := param.allowed.problem(name, value)):
+            problems.append((name, refused))
     if problems:
         kept = problems[:20]
         raise ParameterValueError(tuple(p for _, p in kept), tuple(n for n, _ in kept))
@@ -317,4 +350,19 @@ def schema_to_json(schema: Iterable[Parameter]) -> list[dict[str, Any]]:
 
 def schema_from_json(rows: Iterable[Mapping[str, Any]]) -> tuple[Parameter, ...]:
     """A stored schema back as :class:`Parameter` records."""
-    return tuple(Parameter(**dict(row)) for row in rows)
+    return tuple(
+        Parameter(**{**row, "allowed": Allowed.from_json(row.get("allowed"))}) for row in rows
+    )
+
+
+def with_allowed(schema: Iterable[Parameter], block: Any) -> tuple[Parameter, ...]:
+    """``schema`` with the rules of ``block``'s ``allowed`` (replacing an annotation's,
+    :mod:`nbcast.definitions.allowed`); ``schema`` itself when the block has none."""
+    parameters = tuple(schema)
+    if not isinstance(block, Mapping) or "allowed" not in block:
+        return parameters
+    declared = {p.name: (p.type, p.default) for p in parameters}
+    rules = parse_allowed(block["allowed"], declared)
+    return tuple(
+        dataclasses.replace(p, allowed=rules[p.name]) if p.name in rules else p for p in parameters
+    )

@@ -453,9 +453,14 @@ def parse_spec(block: Any, schema: Any = ()) -> ReportSpec:
             "subscriptions",
             "sla",
             "retry_on",
+            "allowed",
         },
         "",
     )
+    if "allowed" in block:  # the parameters' allowed values, checked with every value below
+        from nbcast.definitions.parameters import with_allowed
+
+        schema = with_allowed(schema, block)
     kwargs: dict[str, Any] = {}
     if "name" in block:
         kwargs["name"] = check_name(_require(block["name"], str, "name", "a string"))

@@ -50,6 +50,7 @@ from nbcast.definitions.parameters import (
     parse_parameters_cell,
     schema_from_json,
     schema_to_json,
+    with_allowed,
 )
 from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
 from nbcast.errors import (
@@ -134,6 +135,7 @@ def prepare_loaded(
         schema = parse_parameters_cell(cell[1]) if cell else ()
     block = {} if loaded.block is None else loaded.block
     spec = parse_spec(block, schema)
+    schema = with_allowed(schema, block)  # stored with the block's allowed values
     if name is not None:
         check_name(name)
     final_name = check_name(name or spec.name or _default_name(loaded.path))

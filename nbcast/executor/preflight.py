@@ -99,8 +99,12 @@ def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[st
         missing_kernel,
     )
     from nbcast.definitions.notebook import parameters_cell
-    from nbcast.definitions.parameters import parse_parameters_cell, validate_parameters
-    from nbcast.errors import NotebookError, ParametersCellError, ParameterValueError
+    from nbcast.definitions.parameters import (
+        parse_parameters_cell,
+        validate_parameters,
+        with_allowed,
+    )
+    from nbcast.errors import MetadataError, NotebookError, ParametersCellError, ParameterValueError
 
     try:
         notebook = json.loads(notebook_json)
@@ -113,8 +117,9 @@ def check_attempt(notebook_json: str, parameters: Mapping[str, Any]) -> tuple[st
         raise _failure(RunReason.invalid_notebook, exc) from exc
     try:
         schema = parse_parameters_cell(cell[1]) if cell else ()
-        validate_parameters(schema, parameters)
-    except (ParameterValueError, ParametersCellError) as exc:
+        block = notebook.get("metadata", {}).get("nbcast")
+        validate_parameters(with_allowed(schema, block), parameters)
+    except (ParameterValueError, ParametersCellError, MetadataError) as exc:
         raise _failure(RunReason.invalid_parameters, exc) from exc
     missing = missing_kernel(notebook)
     if missing is not None:

@@ -132,8 +132,15 @@ def preview(
     dst_fold: str = "auto",
     limit: int = MAX_PREVIEW_SLOTS,
     notes: bool = False,
-) -> list[PreviewRow]:
+    bindings: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The slots firing in ``[range_from, range_to)``, in fire order, as JSON-ready rows.
+
+    With ``bindings`` (parameter name → slot binding, at most :data:`MAX_BINDINGS`),
+    each row also has ``parameters``: what each binding resolves to for a run of that
+    slot — the scheduler's own resolution (:func:`nbcast.scheduler.period.resolve_run`
+    over the slot's period), so the Lab's dialog shows a draft's bound values before
+    anything is published.
 
     Give either a ``spec`` or ``cron``/``every`` with ``tz`` and the DST policies (the
     CLI's options, as strings). ``start`` is the anchor instant of an ``every`` schedule.
@@ -165,7 +172,9 @@ def preview(
             f"more than {limit:,} slots between {low.isoformat()} and {high.isoformat()}; "
             "narrow the range"
         )
-    rows = [slot_row(slot) for slot in slots]
+    rows: list[dict[str, Any]] = [dict(slot_row(slot)) for slot in slots]
+    if bindings:
+        _resolve_bindings(spec, slots, rows, bindings)
     if notes:
         from nbcast.scheduler.upcoming import slot_notes
 
@@ -173,6 +182,39 @@ def preview(
         for row, note in zip(rows, slot_notes(schedule, slots, zone), strict=True):
             row["note"] = note
     return rows
+
+
+MAX_BINDINGS = 50
+"""Bindings one preview resolves at most."""
+
+
+def _resolve_bindings(
+    spec: ScheduleSpec, slots: list[Slot], rows: list[dict[str, Any]], bindings: Mapping[str, Any]
+) -> None:
+    from nbcast.definitions.bindings import is_binding, parse_binding
+    from nbcast.definitions.compiler import interval_schedule
+    from nbcast.errors import MetadataError
+    from nbcast.scheduler.period import resolve_run, slot_periods
+
+    if len(bindings) > MAX_BINDINGS:
+        raise ScheduleError(f"bindings: more than {MAX_BINDINGS}", "bindings")
+    for name, value in bindings.items():
+        if not is_binding(value):
+            raise ScheduleError(f"bindings: {name} is not a slot binding", "bindings")
+        try:
+            parse_binding(value, name)
+        except MetadataError as exc:
+            raise ScheduleError(f"bindings: {exc}", "bindings") from None
+    zone = load_zone(spec.timezone)
+    periods = slot_periods(interval_schedule(spec), zone, slots)
+    for slot, period, row in zip(slots, periods, rows, strict=True):
+        try:
+            row["parameters"] = resolve_run(
+                dict(bindings), period, kind="scheduled", slot_key=slot.key, fire_at=slot.fire_at
+            )[1]
+        except MetadataError as exc:  # a step that leaves the calendar, for this slot
+            row["parameters"] = {}
+            row["problem"] = str(exc)
 
 
 def preview_definition(

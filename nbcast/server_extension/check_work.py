@@ -28,7 +28,7 @@ import functools
 import json
 import sys
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import available_timezones
 
@@ -46,8 +46,10 @@ from nbcast.server_extension.errors import ApiError, status_of
 from nbcast.server_extension.json_body import decode_json_body
 
 __all__ = [
+    "BOUND_SLOTS",
     "CHECK_FIRES",
     "CHECK_TIMEOUT_S",
+    "bound_values",
     "check_body",
     "check_in_child",
     "child_environment",
@@ -55,6 +57,8 @@ __all__ = [
 ]
 
 CHECK_FIRES = 5
+BOUND_SLOTS = 3
+"""Slots for which the check resolves the bound parameters."""
 """Fire times a check shows."""
 CHECK_TIMEOUT_S = 60.0
 """How long a check in a child process may take before it is killed (413)."""
@@ -115,6 +119,7 @@ def _check(
         "parameters": [],
         "problem": None,
         "next_fires": [],
+        "bound": [],
         "sha256": None,
     }
     try:
@@ -129,7 +134,7 @@ def _check(
         result["problem"] = {"field": "parameters", "message": str(exc)}
         result["name"] = _name_or_none(name, loaded.block)
         return result
-    result["parameters"] = schema_to_json(schema)
+    result["parameters"] = [p.to_json() for p in schema]
     try:
         prepared = prepare_loaded(
             loaded, name, source_path="api:", schema=schema, max_bytes=_limit(environ)
@@ -146,10 +151,42 @@ def _check(
     else:
         result["name"] = prepared.name
         result["sha256"] = prepared.sha256
+        result["parameters"] = [p.to_json() for p in prepared.schema]  # with `allowed`
         schedule = prepared.spec.schedule
         if schedule is not None:
-            result["next_fires"] = [f.to_json() for f in upcoming(schedule, now, CHECK_FIRES)]
+            fires = upcoming(schedule, now, CHECK_FIRES)
+            result["next_fires"] = [f.to_json() for f in fires]
+            result["bound"] = bound_values(prepared, now, fires)
     return result
+
+
+def bound_values(prepared: Any, now: datetime, fires: list[Any]) -> list[dict[str, Any]]:
+    """What each bound parameter resolves to in the next :data:`BOUND_SLOTS` slots that
+    fire — the scheduler's own resolution (module docstring); [] when none is bound."""
+    from nbcast.definitions.bindings import is_binding
+    from nbcast.scheduler.preview import preview_definition
+
+    bound = [name for name, value in prepared.spec.parameters.items() if is_binding(value)]
+    firing = [f for f in fires if f.status != "skipped"][:BOUND_SLOTS]
+    if not bound or not firing:
+        return []
+    block = prepared.notebook["metadata"].get("nbcast") or {}
+    rows = preview_definition(
+        block,
+        schema_to_json(prepared.schema),
+        range_from=now,
+        range_to=firing[-1].fire_at + timedelta(microseconds=1),
+        limit=1000,
+    )
+    return [
+        {
+            "slot_key": row["slot_key"],
+            "local": row["local"],
+            "parameters": {name: row["parameters"].get(name) for name in bound},
+        }
+        for row in rows
+        if row["status"] != "skipped"
+    ][:BOUND_SLOTS]
 
 
 def _limit(environ: Mapping[str, str]) -> int:

@@ -23,9 +23,10 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -162,16 +163,28 @@ def test_the_dialog_draws_the_parameter_form_from_the_notebook(driver: Any) -> N
     described = [
         [
             text(r.locator(f".nbcast-ParamName {part}"))
-            for part in ("code", ".nbcast-ParamType", ".nbcast-Hint")
+            for part in ("code", ".nbcast-ParamType", ".nbcast-Hint:not(.nbcast-Rule)")
         ]
         for r in rows.all()
     ]
     assert described == [
         ["report_date", "str", "trading day to report, ISO date"],
-        ["region", "str", "EMEA, AMER, APAC, LATAM or ALL"],
+        ["region", "str", "a region, or ALL"],
         ["top_n", "int", "products in the top list"],
     ]
     assert text(rows.nth(2).locator(".nbcast-Default")) == "10"
+    # region's Literal[...] annotation: its choices, and a dropdown for a value.
+    assert text(rows.nth(1).locator(".nbcast-Rule")) == "one of EMEA, AMER, APAC, LATAM, ALL"
+    rows.nth(1).locator("select[aria-label='region source']").select_option("value")
+    choices = rows.nth(1).locator("select[aria-label='region value'] option")
+    assert [o.get_attribute("value") for o in choices.all()] == [
+        "EMEA",
+        "AMER",
+        "APAC",
+        "LATAM",
+        "ALL",
+    ]
+    rows.nth(1).locator("select[aria-label='region source']").select_option("default")
     # A string parameter may be bound to the slot's period; an int may not.
     date_sources = rows.nth(0).locator("select[aria-label='report_date source'] option")
     top_sources = rows.nth(2).locator("select[aria-label='top_n source'] option")
@@ -231,12 +244,63 @@ def test_refusals_are_shown_next_to_their_fields_and_nothing_is_written(
     assert api(lab, "definitions")["items"] == []
 
 
+def _business_days_before(day: date, count: int) -> date:
+    while count:
+        day -= timedelta(days=1)
+        count -= day.weekday() < 5
+    return day
+
+
+def _next_berlin_weekdays(count: int) -> list[date]:
+    """The dates of the next ``count`` slots of ``0 7 * * 1-5`` in Berlin."""
+    berlin = ZoneInfo("Europe/Berlin")
+    now = datetime.now(berlin)
+    day, found = now.date(), []
+    while len(found) < count:
+        if day.weekday() < 5 and datetime(day.year, day.month, day.day, 7, tzinfo=berlin) > now:
+            found.append(day)
+        day += timedelta(days=1)
+    return found
+
+
 def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
     driver: Any, lab: LiveServer
 ) -> None:
     row = driver.page.locator(f"{lab_ui.DIALOG} .nbcast-Subscription").first
     # Two recipients in one row: each becomes a subscription of its own.
     row.locator("input[aria-label='recipients']").fill(f"cfo@example.com, {BOUNCE}")
+    # The presets come grouped by the periods reports ask for; the builder makes the rest.
+    driver.set_parameter("report_date", "binding", "previous week: its Monday")
+    dialog = driver.page.locator(lab_ui.DIALOG)
+    groups = dialog.locator("select[aria-label='report_date binding'] optgroup")
+    assert [g.get_attribute("label") for g in groups.all()] == [
+        "Day",
+        "Previous week (Monday–Sunday)",
+        "Month to date",
+        "Previous month",
+        "Previous quarter",
+        "Data interval",
+        "Other",
+    ]
+    resolved = dialog.locator("[data-resolved='report_date']")
+    # Berlin weekdays at 07:00: each of the next three slots' previous-week Monday.
+    slots = _next_berlin_weekdays(3)
+    mondays = [(d - timedelta(days=7 + d.weekday())).isoformat() for d in slots]
+    driver.wait_until(
+        "the resolved Mondays", lambda: text(resolved) == f"next slots: {' · '.join(mondays)}"
+    )
+    row = dialog.locator("tr[data-parameter='report_date']")
+    row.locator("select[aria-label='report_date binding']").select_option("build")
+    row.locator("[aria-label='report_date shift']").fill("-2")
+    row.locator("select[aria-label='report_date unit']").select_option("business_days")
+    assert text(row.locator("[data-binding-json='report_date']")) == (
+        '{"$period":"slot","steps":[{"business_days":-2}]}'
+    )
+    built = [_business_days_before(d, 2).isoformat() for d in slots]
+    driver.wait_until(
+        "the built binding resolved", lambda: text(resolved) == f"next slots: {' · '.join(built)}"
+    )
+    driver.screenshot("06a-dialog-binding-builder", lab_ui.DIALOG)
     driver.set_parameter("report_date", "binding", "previous business day of the slot")
     driver.set_parameter("top_n", "value", "5")
     driver.set_outputs("html")
@@ -401,7 +465,7 @@ def test_run_now_succeeds_and_its_delivery_is_listed(
     run_dialog.locator("input[name='nbcast-run-mode'][value='real']").check()
     assert text(run_dialog.locator(".jp-Dialog-button.jp-mod-accept")) == "Run for subscribers"
     run_dialog.locator("select[aria-label='region source']").select_option("value")
-    run_dialog.locator("[aria-label='region value']").fill("EMEA")
+    run_dialog.locator("select[aria-label='region value']").select_option("EMEA")
     driver.screenshot("09c-run-now-dialog", ".jp-Dialog-content")
     run_dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
     run_row = panel.locator("tr[data-run][data-kind='manual']").first

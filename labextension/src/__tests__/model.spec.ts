@@ -80,10 +80,12 @@ describe('blockToForm', () => {
     });
     const [date, region, top] = form.parameters;
     expect([date.mode, date.binding]).toEqual(['binding', 'previous_business_day']);
-    expect([region.mode, region.binding, JSON.parse(region.bindingJson)]).toEqual([
+    // Not a preset, but one shift: it opens in the builder, its JSON kept.
+    expect([region.mode, region.binding, JSON.parse(region.bindingJson), region.build.amount]).toEqual([
       'binding',
-      'custom',
-      { $period: 'slot', steps: [{ days: 2 }] }
+      'build',
+      { $period: 'slot', steps: [{ days: 2 }] },
+      '2'
     ]);
     expect([top.mode, top.text]).toEqual(['value', '25']);
     expect(form.subscriptions).toEqual([

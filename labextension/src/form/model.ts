@@ -16,8 +16,11 @@
  *   kept.
  * - A parameter is "default" (omitted: the notebook's own value), a literal value
  *   (typed by the parameter's annotation), or bound to the slot's period (a preset
- *   such as "previous business day of the slot", or a binding written as JSON).
+ *   such as "previous business day of the slot", one built from a base, a shift, a snap
+ *   and a format, or a binding written as JSON — `./bindings`).
  */
+
+import { BINDING_PRESETS, DEFAULT_BUILD, buildBinding, buildOf, type BindingBuild } from './bindings';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type Block = { [key: string]: Json };
@@ -28,6 +31,8 @@ export interface ParameterSpec {
   type: string;
   default: Json;
   help: string;
+  /** The values it accepts (choices, bounds, a pattern), when it says. */
+  allowed?: { choices: Json[] | null; min: number | null; max: number | null; pattern: string | null } | null;
 }
 
 export interface PreviewRow {
@@ -37,6 +42,8 @@ export interface PreviewRow {
   status: string;
   reason: string | null;
   note?: string | null;
+  /** With bindings asked for: what each resolves to for a run of this slot. */
+  parameters?: { [name: string]: Json };
 }
 
 export type ScheduleKind = 'cron' | 'every' | 'manual';
@@ -47,9 +54,11 @@ export interface ParameterInput {
   mode: ParameterMode;
   /** The literal, as typed (JSON for lists and dicts). */
   text: string;
-  /** A preset's id, or 'custom' for {@link bindingJson}. */
+  /** A preset's id, 'build' for {@link build}, or 'custom' for {@link bindingJson}. */
   binding: string;
   bindingJson: string;
+  /** The builder's fields (binding 'build'). */
+  build: BindingBuild;
 }
 
 export interface SubscriptionRow {
@@ -122,45 +131,7 @@ export const POLICY_CHOICES: { [K in keyof Advanced]?: [string, string][] } = {
   ]
 };
 
-/** Slot bindings offered as choices (bindings.py's vocabulary; all resolve to text). */
-export const BINDING_PRESETS: { id: string; label: string; value: Block }[] = [
-  { id: 'slot', label: "the slot's date", value: { $period: 'slot' } },
-  {
-    id: 'previous_day',
-    label: 'the day before the slot',
-    value: { $period: 'slot', steps: [{ days: -1 }] }
-  },
-  {
-    id: 'previous_business_day',
-    label: 'previous business day of the slot',
-    value: { $period: 'slot', steps: [{ business_days: -1 }] }
-  },
-  {
-    id: 'interval_start',
-    label: "start of the slot's data interval",
-    value: { $period: 'interval_start' }
-  },
-  {
-    id: 'interval_end',
-    label: "end of the slot's data interval",
-    value: { $period: 'interval_end' }
-  },
-  {
-    id: 'last_week_end',
-    label: 'the Sunday that ends the last full week',
-    value: { $period: 'slot', steps: [{ weeks: -1 }, { to: 'end_of_week' }] }
-  },
-  {
-    id: 'month_start',
-    label: "first day of the slot's month",
-    value: { $period: 'slot', steps: [{ to: 'start_of_month' }] }
-  },
-  {
-    id: 'previous_month',
-    label: 'the month before the slot (YYYY-MM)',
-    value: { $period: 'slot', steps: [{ months: -1 }], format: '%Y-%m' }
-  }
-];
+export { BINDING_PRESETS };
 
 const EMPTY_ADVANCED: Advanced = {
   dstGap: '',
@@ -262,18 +233,21 @@ function parameterInput(spec: ParameterSpec, given: Json | undefined): Parameter
     mode: 'default',
     text: valueText(spec.default),
     binding: BINDING_PRESETS[0].id,
-    bindingJson: ''
+    bindingJson: '',
+    build: { ...DEFAULT_BUILD }
   };
   if (given === undefined) {
     return input;
   }
   if (isObject(given) && '$period' in given) {
     const preset = BINDING_PRESETS.find(p => canonical(p.value) === canonical(given));
+    const build = preset ? null : buildOf(given);
     return {
       ...input,
       mode: 'binding',
-      binding: preset ? preset.id : 'custom',
-      bindingJson: JSON.stringify(given)
+      binding: preset ? preset.id : build ? 'build' : 'custom',
+      bindingJson: JSON.stringify(given),
+      build: build ?? input.build
     };
   }
   return { ...input, mode: 'value', text: valueText(given) };
@@ -377,7 +351,11 @@ export interface BlockResult {
   subscriptionRow: number[];
 }
 
-function bindingValue(input: ParameterInput): { value?: Json; error?: string } {
+export function bindingValue(input: ParameterInput): { value?: Json; error?: string } {
+  if (input.binding === 'build') {
+    const built = buildBinding(input.build);
+    return built.error ? { error: `${input.name}: ${built.error}` } : { value: built.value };
+  }
   if (input.binding !== 'custom') {
     const preset = BINDING_PRESETS.find(p => p.id === input.binding);
     return preset ? { value: preset.value } : { error: `${input.name}: choose a binding` };
@@ -568,4 +546,15 @@ export function fieldKey(
     return 'parameters';
   }
   return 'general';
+}
+
+/** The bindings of the parameters bound in the form (the valid ones), for the preview. */
+export function formBindings(inputs: ParameterInput[]): Block {
+  const out: Block = {};
+  for (const input of inputs) {
+    if (input.mode !== 'binding') continue;
+    const found = bindingValue(input);
+    if (found.value !== undefined) setOwn(out, input.name, found.value);
+  }
+  return out;
 }

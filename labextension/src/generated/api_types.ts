@@ -1,6 +1,18 @@
 // Generated from the REST API's OpenAPI components by
 // `python -m nbcast.server_extension.typescript`; do not edit.
 
+/** Choices, bounds or a pattern a parameter's values must meet. */
+export interface AllowedValues {
+  /** The values it may take. */
+  choices: Record<string, unknown>[] | null;
+  /** The smallest number it may be. */
+  min: number | null;
+  /** The largest number it may be. */
+  max: number | null;
+  /** A regular expression the whole string must match. */
+  pattern: string | null;
+}
+
 /** One attempt at a run: who ran it, where, for how long, and how it ended. */
 export interface Attempt {
   attempt: number;
@@ -352,11 +364,12 @@ export interface LinkOpen {
 
 export interface NotebookCheck {
   name: string | null;
-  parameters: {
-    name: string;
-    type: string;
-    default: unknown;
-    help: string;
+  parameters: Parameter[];
+  /** The next slots that fire, each with the values its bound parameters resolve to (none: no parameter is bound) */
+  bound?: {
+    slot_key: string;
+    local: string;
+    parameters: Record<string, unknown>;
   }[];
   problem: {
     field: string | null;
@@ -391,7 +404,7 @@ export interface NotebookCheckRequest {
   timezone?: string;
 }
 
-/** A parameter as the version's `parameters` cell declares it. */
+/** A parameter as the version's `parameters` cell declares it, with the values it accepts (the block's `allowed`, or a `Literal[...]` annotation). */
 export interface Parameter {
   name: string;
   /** Its JSON type (`integer`, `number`, `string`, `boolean`, `array`, `object`), from the literal default's. */
@@ -400,6 +413,8 @@ export interface Parameter {
   default: unknown;
   /** The comment at the end of its line. */
   help: string;
+  /** The values it accepts — choices, bounds, a pattern (`allowed`); None: any value of its type. */
+  allowed: AllowedValues | null;
 }
 
 /** A slot as `nbcast schedule preview --json` lists it. */
@@ -495,6 +510,20 @@ export interface Run {
   rerun_of: number | null;
   /** A test run's addresses (`[]`: no one); None for every other kind. */
   test_to: string[] | null;
+}
+
+/** Two runs' reports compared: recorded tables by name and key (each changed value with its delta), text by cell (unified lines), images by digest. */
+export interface RunComparison {
+  /** The first run: id, definition, version, kind, slot_key, parameters */
+  a: Record<string, unknown>;
+  /** The second run, the same keys */
+  b: Record<string, unknown>;
+  /** A reader would see no difference */
+  same: boolean;
+  tables: Record<string, unknown>[];
+  texts: Record<string, unknown>[];
+  images: Record<string, unknown>[];
+  more_images: number;
 }
 
 /** Everything about one run (the keys of `nbcast runs show --json`, with the newest 100 openings of its signed links). */

@@ -37,6 +37,7 @@ from jupyter_server.auth.decorator import authorized
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
+from nbcast.definitions.allowed import Allowed
 from nbcast.definitions.effective import EffectiveParameter
 from nbcast.definitions.notebook import LoadedNotebook, loaded_document
 from nbcast.definitions.parameters import Parameter
@@ -80,6 +81,7 @@ __all__ = [
     "DIFF",
     "MAX_DEFINITIONS_PAGE",
     "NEXT_FIRES",
+    "PARAMETER",
     "SOURCE_PATH_HELP",
     "VERSION_PARAM",
     "DefinitionHandler",
@@ -141,7 +143,15 @@ DEFINITION_PAGE = schema(
 PARAMETER = record_schema(
     "Parameter",
     Parameter,
-    description="A parameter as the version's `parameters` cell declares it.",
+    description="A parameter as the version's `parameters` cell declares it, with the "
+    "values it accepts (the block's `allowed`, or a `Literal[...]` annotation).",
+    refs={
+        Allowed: record_schema(
+            "AllowedValues",
+            Allowed,
+            description="Choices, bounds or a pattern a parameter's values must meet.",
+        )
+    },
     overrides={"default": {"description": "The default as written in the cell (a JSON value)"}},
 )
 EFFECTIVE = record_schema(

@@ -11,6 +11,10 @@ The answer has everything the form shows beside its fields:
   half-filled form is not an error of the request;
 - ``next_fires``: the schedule's next fire times in its zone with their DST notes
   (:func:`nbcast.scheduler.upcoming.upcoming`), from the block as given;
+- ``bound``: for the next three slots that fire, what each bound parameter resolves
+  to (:func:`nbcast.scheduler.preview.preview_definition`, the scheduler's own
+  resolution), so the dialog shows "report_date: 2026-12-04, 2026-12-07, …" before
+  anything is published;
 - ``published``: the definition of that name in the caller's tenant, if any — its
   latest version, the file it is bound to (and whether that is the file ``path``
   names), whether it is paused, and whether this notebook equals its latest version
@@ -63,7 +67,12 @@ from nbcast.server_extension.check_limits import (
     body_cap,
     raw_problem,
 )
-from nbcast.server_extension.check_work import CHECK_FIRES, check_body, check_in_child
+from nbcast.server_extension.check_work import (
+    BOUND_SLOTS,
+    CHECK_FIRES,
+    check_body,
+    check_in_child,
+)
 from nbcast.server_extension.contents_paths import (
     bound_source,
     contents_path,
@@ -72,6 +81,7 @@ from nbcast.server_extension.contents_paths import (
 )
 from nbcast.server_extension.errors import ApiError
 from nbcast.server_extension.handlers.api_definitions import (
+    PARAMETER,
     SOURCE_PATH_HELP,
     UPCOMING,
     tenant_exists,
@@ -127,16 +137,19 @@ CHECK = schema(
         ],
         "properties": {
             "name": NULLABLE_STRING,
-            "parameters": {
+            "parameters": {"type": "array", "items": PARAMETER},
+            "bound": {
                 "type": "array",
+                "maxItems": BOUND_SLOTS,
+                "description": "The next slots that fire, each with the values its bound "
+                "parameters resolve to (none: no parameter is bound)",
                 "items": {
                     "type": "object",
-                    "required": ["name", "type", "default", "help"],
+                    "required": ["slot_key", "local", "parameters"],
                     "properties": {
-                        "name": STRING,
-                        "type": STRING,
-                        "default": {},
-                        "help": STRING,
+                        "slot_key": STRING,
+                        "local": STRING,
+                        "parameters": {"type": "object"},
                     },
                 },
             },

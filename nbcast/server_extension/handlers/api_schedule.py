@@ -33,6 +33,7 @@ is parsed; an authenticated user without one gets 403.
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime
 from typing import Any
 
@@ -57,6 +58,10 @@ __all__ = ["SchedulePreviewHandler", "preview_field"]
 
 _GAPS = ("auto", "shift", "skip")
 _FOLDS = ("auto", "first", "last", "both")
+
+
+MAX_BINDINGS_CHARS = 8_000
+"""The longest ``bindings`` a preview takes (JSON text)."""
 
 
 @route(
@@ -84,6 +89,12 @@ _FOLDS = ("auto", "first", "last", "both")
             Param("dst_gap", schema={"type": "string", "enum": list(_GAPS), "default": "auto"}),
             Param("dst_fold", schema={"type": "string", "enum": list(_FOLDS), "default": "auto"}),
             PREVIEW_LIMIT,
+            Param(
+                "bindings",
+                schema={"type": "string", "maxLength": MAX_BINDINGS_CHARS},
+                description="A JSON object of parameter name → slot binding: each row then "
+                "has `parameters`, what each resolves to for a run of that slot",
+            ),
         ),
         response={"type": "array", "items": UPCOMING},
         errors=(400, 403),
@@ -116,16 +127,31 @@ class SchedulePreviewHandler(ApiHandler):
             raise ApiError(400, "give exactly one of cron and every", field="cron")
         range_from, range_to = range_query(self)
         limit = self.query_int("limit", low=1, high=MAX_PREVIEW) or DEFAULT_PREVIEW
+        bindings = _bindings(self.query("bindings", max_length=MAX_BINDINGS_CHARS))
         try:
             rows = await self.call(
-                _preview, cron, every, start, tz, gap, fold, range_from, range_to, limit
+                _preview, cron, every, start, tz, gap, fold, range_from, range_to, limit, bindings
             )
         except ScheduleError as exc:
             raise ApiError(400, str(exc), field=preview_field(str(exc), cron)) from None
         self.write_json(rows)
 
 
+def _bindings(text: str | None) -> dict[str, Any] | None:
+    """The ``bindings`` query parameter: a JSON object, or None when absent."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "bindings must be a JSON object", field="bindings") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "bindings must be a JSON object", field="bindings")
+    return value
+
+
 _FIELD_PREFIXES = (
+    ("bindings:", "bindings"),
     ("timezone:", "tz"),
     ("every:", "every"),
     ("dst gap:", "dst_gap"),
@@ -155,8 +181,10 @@ def _preview(
     range_from: date | datetime,
     range_to: date | datetime,
     limit: int,
+    bindings: dict[str, Any] | None = None,
 ) -> list[Any]:
     return preview(
+        bindings=bindings,
         cron=cron,
         every=every,
         start=start,

@@ -18,6 +18,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from nbcast.delivery.models import DeliveryState, RenditionState
+from nbcast.scheduler.models import RunState
 from nbcast.server_extension.errors import ApiError, status_of
 from nbcast.server_extension.handlers.base import whole_number
 from nbcast.server_extension.handlers.page_handler import (
@@ -88,7 +89,7 @@ class RunPage(PageHandler):
                     session,
                     caller,
                     definition=run.definition,
-                    state="SUCCEEDED",
+                    state=RunState.SUCCEEDED.value,
                     order="desc",
                     limit=COMPARE_CHOICES + 1,
                 ).items
