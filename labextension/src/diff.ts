@@ -22,6 +22,7 @@ import { NotebookDiffModel } from 'nbdime/lib/diff/model';
 import { NotebookDiffWidget } from 'nbdime/lib/diff/widget';
 
 import { api, diffPage, type ReviewSummary } from './api';
+import { compareOutputsWidget } from './compare_versions';
 
 const SECTIONS = ['parameters', 'schedule', 'recipients', 'outputs', 'settings', 'code'];
 
@@ -137,6 +138,7 @@ async function render(
       )
     );
     if (answer.summary) content.addWidget(summaryWidget(answer.summary));
+    content.addWidget(compareOutputsWidget(name, a, b, content));
     const model = new NotebookDiffModel(answer.base as any, answer.diff as any);
     const view = new NotebookDiffWidget({ model, rendermime });
     view.addClass('nbcast-NbdimeDiff');

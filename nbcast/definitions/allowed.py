@@ -15,7 +15,8 @@ say it:
                   "report_date": {"pattern": "\\\\d{4}-\\\\d{2}-\\\\d{2}"}}
 
 - a ``Literal[...]`` annotation in the parameters cell, which stays a bare type form
-  (its items are literals; the cell may ``from typing import Literal`` for it)::
+  (its items are literals; the cell must ``from typing import Literal`` for it, since
+  Python evaluates the annotation when the cell runs)::
 
       from typing import Literal
       region: Literal["EMEA", "AMER", "APAC", "LATAM", "ALL"] = "ALL"
@@ -33,12 +34,15 @@ refuses choices on a bound parameter.
 characters; a pattern of at most :data:`MAX_PATTERN_CHARS` characters, matched with
 the ``regex`` module under a :data:`PATTERN_TIMEOUT_S` timeout (a pattern that
 backtracks without end on some value refuses that value instead of hanging the
-server), against strings of at most :data:`MAX_MATCHED_CHARS` characters.
+server), against strings of at most :data:`MAX_MATCHED_CHARS` characters; its counted
+repeats (``{m,n}``) at most :data:`MAX_REPEAT` each and :data:`MAX_REPEAT_PRODUCT`
+multiplied (compiling expands them). A value checked against a pattern must be a string.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,13 +50,15 @@ from typing import Any
 import regex
 
 from nbcast.errors import MetadataError
-from nbcast.limits import clip
+from nbcast.limits import clip, json_problem
 
 __all__ = [
     "MAX_CHOICES",
     "MAX_CHOICE_CHARS",
     "MAX_MATCHED_CHARS",
     "MAX_PATTERN_CHARS",
+    "MAX_REPEAT",
+    "MAX_REPEAT_PRODUCT",
     "PATTERN_TIMEOUT_S",
     "Allowed",
     "check_rule",
@@ -106,7 +112,9 @@ class Allowed:
                 return f"{name}: {clip(value)} is below the minimum {_text(self.min)}"
             if self.max is not None and value > self.max:
                 return f"{name}: {clip(value)} is above the maximum {_text(self.max)}"
-        if self.pattern is not None and isinstance(value, str):
+        if self.pattern is not None:
+            if not isinstance(value, str):
+                return f"{name}: {clip(value)} is not a string to match {clip(self.pattern)}"
             if len(value) > MAX_MATCHED_CHARS:
                 return f"{name}: longer than {MAX_MATCHED_CHARS:,} characters to match"
             try:
@@ -143,6 +151,34 @@ def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return value if isinstance(value, str) else json.dumps(value)
+
+
+MAX_REPEAT = 1_000
+"""The largest count a pattern's ``{m,n}`` may name: the ``regex`` module expands
+counted repeats when it compiles (``a{10000000}`` takes gigabytes), and compiling has
+no timeout."""
+MAX_REPEAT_PRODUCT = 100_000
+"""The product of all a pattern's counts (nested repeats multiply when expanded)."""
+
+_COUNT = re.compile(r"(?<!\\)\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def _check_pattern(pattern: str, path: str) -> None:
+    """Refuse a pattern that does not compile, or whose counted repeats would make
+    compiling it costly (:data:`MAX_REPEAT`). Its syntax is checked with the standard
+    ``re`` module, which compiles counted repeats without expanding them."""
+    product = 1
+    for low, high in _COUNT.findall(pattern):
+        count = max(int(low or 0), int(high or 0)) if (low or high) else 0
+        if count > MAX_REPEAT:
+            raise MetadataError(path, f"repeats something {count:,} times (at most {MAX_REPEAT:,})")
+        product *= max(count, 1)
+        if product > MAX_REPEAT_PRODUCT:
+            raise MetadataError(path, f"its counted repeats multiply past {MAX_REPEAT_PRODUCT:,}")
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, MemoryError) as exc:
+        raise MetadataError(path, f"does not compile: {clip(str(exc))}") from None
 
 
 def compatible(kind: str, value: Any) -> bool:
@@ -203,6 +239,10 @@ def check_rule(name: str, kind: str, default: Any, rule: Mapping[str, Any], path
                     f"{path}.choices[{i}]",
                     f"{clip(choice)} is not a {kind} like the default {clip(default)}",
                 )
+            problem = json_problem(choice, f"{path}.choices[{i}]")
+            if problem:
+                where, _, message = problem.partition(": ")
+                raise MetadataError(where, message)
             if isinstance(choice, str) and len(choice) > MAX_CHOICE_CHARS:
                 raise MetadataError(
                     f"{path}.choices[{i}]", f"is longer than {MAX_CHOICE_CHARS} characters"
@@ -226,10 +266,7 @@ def check_rule(name: str, kind: str, default: Any, rule: Mapping[str, Any], path
                 f"{path}.pattern",
                 f"must be a regular expression of 1 to {MAX_PATTERN_CHARS} characters",
             )
-        try:
-            regex.compile(pattern)
-        except (regex.error, RecursionError, OverflowError) as exc:
-            raise MetadataError(f"{path}.pattern", f"does not compile: {clip(str(exc))}") from None
+        _check_pattern(pattern, f"{path}.pattern")
     allowed = Allowed(
         choices=choices, min=bounds.get("min"), max=bounds.get("max"), pattern=pattern
     )

@@ -142,12 +142,14 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
     lines = source.splitlines()
     comments = _comments(source)
     params: dict[str, Parameter] = {}
+    imports_literal = False
     for node in tree.body:
         text = clip(lines[node.lineno - 1].strip() if node.lineno <= len(lines) else "", 60)[1:-1]
         annotation: str | None = None
         choices: list[Any] | None = None
         if _imports_literal(node):
-            continue  # `from typing import Literal`, for a Literal[...] annotation
+            imports_literal = True  # `from typing import Literal`, for Literal[...]
+            continue
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value_node = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -195,6 +197,12 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
             line=node.lineno,
         )
         if choices is not None:
+            if not imports_literal:
+                raise ParametersCellError(
+                    f"`{text}`: add `from typing import Literal` before it (Python "
+                    "evaluates the annotation when the cell runs)",
+                    node.lineno,
+                )
             try:
                 rule = check_rule(name, kind, value, {"choices": choices}, name)
             except MetadataError as exc:
@@ -202,6 +210,22 @@ def parse_parameters_cell(source: str) -> tuple[Parameter, ...]:
             parameter = dataclasses.replace(parameter, allowed=rule)
         params[name] = parameter
     return tuple(params.values())
+
+
+def _literal_item(node: ast.expr) -> Any:
+    """A ``Literal[...]`` item's value: a constant, or a negated number; else
+    :data:`_NOT_LITERAL`."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int | float)
+        and not isinstance(node.operand.value, bool)
+    ):
+        return -node.operand.value
+    return _NOT_LITERAL
 
 
 def _imports_literal(node: ast.stmt) -> bool:
@@ -224,8 +248,9 @@ def _annotation(node: ast.expr, text: str, line: int) -> tuple[str, list[Any] | 
         and node.value.id == "Literal"
     ):
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if items and all(isinstance(i, ast.Constant) for i in items):
-            choices = [i.value for i in items if isinstance(i, ast.Constant)]
+        values = [_literal_item(i) for i in items]
+        if items and all(v is not _NOT_LITERAL for v in values):
+            choices = values
             kinds = {_TYPE_NAMES.get(type(c)) for c in choices}
             if kinds <= {"int", "float"} and kinds:
                 return ("int" if kinds == {"int"} else "float"), choices

@@ -13,7 +13,7 @@ pinned version's ``nbcast`` block:
   base run only to the unscoped ones. A **test run** (:mod:`nbcast.scheduler.trial`)
   goes to no subscriber: one email row per address it was asked for
   (``runs.test_to``), with the formats its audience's subscriptions take (every
-  output, when they have none), unconditionally.
+  output, when the audience has no subscription), unconditionally.
 
 Both inserts are ``ON CONFLICT DO NOTHING`` and the outbox row is marked consumed in
 the same transaction, so replaying an outbox row — a crash before the commit, a row
@@ -157,7 +157,7 @@ def _test_subscriptions(
     formats: list[OutputFormat] = []
     for sub in audience:
         formats += [f for f in sub.formats if f not in formats]
-    if not formats:
+    if not audience:  # nobody's formats to follow: every output
         formats = list(spec.outputs)
     return [
         Subscription(channel="email", to=str(address), formats=tuple(formats))

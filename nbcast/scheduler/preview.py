@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from nbcast.definitions.compiler import Slot, compile_schedule, load_zone
+from nbcast.definitions.compiler import Slot, SlotStatus, compile_schedule, load_zone
 from nbcast.definitions.spec import DstFold, DstGap, ScheduleSpec
 from nbcast.definitions.transitions import range_bound
 from nbcast.definitions.zones import zone_problem
@@ -136,11 +136,12 @@ def preview(
 ) -> list[dict[str, Any]]:
     """The slots firing in ``[range_from, range_to)``, in fire order, as JSON-ready rows.
 
-    With ``bindings`` (parameter name → slot binding, at most :data:`MAX_BINDINGS`),
-    each row also has ``parameters``: what each binding resolves to for a run of that
-    slot — the scheduler's own resolution (:func:`nbcast.scheduler.period.resolve_run`
-    over the slot's period), so the Lab's dialog shows a draft's bound values before
-    anything is published.
+    With ``bindings`` (parameter name → slot binding, at most :data:`MAX_BINDINGS`,
+    stepping over at most :data:`MAX_BUSINESS_DAYS` business days in all), the first
+    :data:`MAX_BOUND_SLOTS` rows that fire also have ``parameters``: what each binding
+    resolves to for a run of that slot — the scheduler's own resolution
+    (:func:`nbcast.scheduler.period.resolve_run` over the slot's period), so the Lab's
+    dialog shows a draft's bound values before anything is published.
 
     Give either a ``spec`` or ``cron``/``every`` with ``tz`` and the DST policies (the
     CLI's options, as strings). ``start`` is the anchor instant of an ``every`` schedule.
@@ -184,8 +185,13 @@ def preview(
     return rows
 
 
-MAX_BINDINGS = 50
+MAX_BINDINGS = 20
 """Bindings one preview resolves at most."""
+MAX_BOUND_SLOTS = 10
+"""Slots whose bindings a preview resolves (the first that fire; the Lab shows three)."""
+MAX_BUSINESS_DAYS = 10_000
+"""Business days the bindings of one preview may step over in all, per slot (each is a
+calendar day looked at, holidays included; days, weeks and months cost nothing)."""
 
 
 def _resolve_bindings(
@@ -198,6 +204,7 @@ def _resolve_bindings(
 
     if len(bindings) > MAX_BINDINGS:
         raise ScheduleError(f"bindings: more than {MAX_BINDINGS}", "bindings")
+    steps = 0
     for name, value in bindings.items():
         if not is_binding(value):
             raise ScheduleError(f"bindings: {name} is not a slot binding", "bindings")
@@ -205,9 +212,30 @@ def _resolve_bindings(
             parse_binding(value, name)
         except MetadataError as exc:
             raise ScheduleError(f"bindings: {exc}", "bindings") from None
+        for step in value.get("steps") or ():
+            business = step.get("business_days") if isinstance(step, Mapping) else None
+            steps += abs(business) if isinstance(business, int) else 0
+    if steps > MAX_BUSINESS_DAYS:
+        raise ScheduleError(
+            f"bindings: they step over {steps:,} business days, more than "
+            f"{MAX_BUSINESS_DAYS:,} for one preview",
+            "bindings",
+        )
+    firing = [i for i, slot in enumerate(slots) if slot.status is not SlotStatus.skipped]
+    chosen = firing[:MAX_BOUND_SLOTS]
+    if not chosen:
+        return
     zone = load_zone(spec.timezone)
-    periods = slot_periods(interval_schedule(spec), zone, slots)
-    for slot, period, row in zip(slots, periods, rows, strict=True):
+    span = slots[chosen[0] : chosen[-1] + 1]
+    periods = dict(
+        zip(
+            range(chosen[0], chosen[-1] + 1),
+            slot_periods(interval_schedule(spec), zone, span),
+            strict=True,
+        )
+    )
+    for index in chosen:
+        slot, period, row = slots[index], periods[index], rows[index]
         try:
             row["parameters"] = resolve_run(
                 dict(bindings), period, kind="scheduled", slot_key=slot.key, fire_at=slot.fire_at

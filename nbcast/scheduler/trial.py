@@ -15,7 +15,8 @@
   filter and the slot's context — built by :func:`nbcast.scheduler.slots.slot_rows`,
   the function that makes the scheduler's own rows, so the two cannot drift (a test
   compares them). ``--at`` names the slot that fires at that instant or the first
-  after it. ``recipient`` (``--as``) keeps only the audience of the subscriptions to
+  after it that runs. ``recipient`` (``--as``) keeps only the audience of the
+  subscriptions to
   that recipient: "what the CFO gets on Monday". ``-p`` values are refused with a slot:
   the slot decides them. A slot the schedule skips (a DST gap) is refused: it never
   runs.
@@ -215,7 +216,8 @@ def find_slot(plan: Plan, *, slot: str | None = None, at: datetime | None = None
         high = WALL_TIME_MAX.replace(tzinfo=UTC)
         if not low <= at <= high:
             raise ScheduleError(f"--at {at.isoformat()} is out of range")
-        found = next(iter(schedule.slots(at, min(at + timedelta(days=3660), high))), None)
+        upcoming = schedule.slots(at, min(at + timedelta(days=3660), high))
+        found = next((s for s in upcoming if s.status is not SlotStatus.skipped), None)
         if found is None:
             raise ScheduleError(f"the schedule fires no slot at or after {at.isoformat()}")
     if found.status is SlotStatus.skipped:
@@ -234,6 +236,9 @@ def _wall(key: str) -> datetime:
         raise ScheduleError(
             f"slot {clip(key)} is not a slot key (YYYY-MM-DDTHH:MM, as `nbcast runs list` shows)"
         ) from None
+    if wall.tzinfo is not None and not key.endswith("Z"):
+        raise ScheduleError(f"slot {clip(key)}: a slot key is a wall time, without an offset")
+    wall = wall.replace(tzinfo=None)
     if not WALL_TIME_MIN + _SLOT_SEARCH <= wall <= WALL_TIME_MAX - _SLOT_SEARCH:
         raise ScheduleError(f"slot {clip(key)} is out of range")
     return wall.replace(tzinfo=UTC)

@@ -23,10 +23,15 @@ Everything volatile is ignored by construction: only the values above are read.
 
 **Bounds.** A notebook is hostile input and two may be large: at most
 :data:`MAX_CHANGES` cell changes and :data:`MAX_ROWS_LISTED` added or removed rows are
-listed per table (``more`` counts the rest), :data:`MAX_TEXT_LINES` diff lines per
-cell, :data:`MAX_TEXT_CHARS` characters of text per cell are compared, at most
-:data:`MAX_IMAGES` images; a value is shown in at most :data:`VALUE_CHARS`
-characters. A table whose payload is malformed is reported as such, never raised.
+listed per table (``more`` counts the rest), :data:`MAX_CELLS_COMPARED` table values
+compared in all, :data:`MAX_TEXT_LINES` diff lines per cell, :data:`MAX_TEXT_CHARS`
+characters of text per cell compared, :data:`MAX_TEXTS` changed cells listed, texts of
+more than :data:`MAX_DIFFED_LINES` lines or past :data:`MAX_DIFFED_CHARS` characters
+in all said to have changed without a line diff, at most :data:`MAX_IMAGES` images; a
+value is shown in at most :data:`VALUE_CHARS` characters. A table whose payload is
+malformed is reported as such, a notebook of any other shape compared as far as it
+goes — never an exception. What is shown is JSON any client parses (:func:`json_safe`:
+no lone surrogate, no ``NaN``).
 """
 
 from __future__ import annotations
@@ -59,7 +64,9 @@ __all__ = [
     "TableDiff",
     "TextDiff",
     "compare_outputs",
+    "json_safe",
     "number_text",
+    "safe_text",
 ]
 
 MAX_CHANGES = 500
@@ -76,10 +83,19 @@ VALUE_CHARS = 120
 """A value longer than this is shown cut, with ``…``."""
 MAX_KEY_COLUMNS = 4
 """Key columns tried at most (``region``, then ``region, day``, …)."""
+MAX_CELLS_COMPARED = 2_000_000
+"""Table values compared in all, in one comparison (the rest are counted as not
+compared: ``more``)."""
+MAX_TEXTS = 200
+"""Cells whose text differs listed at most (``more_texts`` counts the rest)."""
+MAX_DIFFED_LINES = 5_000
+"""Lines of one cell's text given to the line diff (a longer text is "changed", whole)."""
+MAX_DIFFED_CHARS = 2_000_000
+"""Characters of text diffed line by line in all, in one comparison."""
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
 _NUMERIC = {"integer", "number"}
-_TAGS = re.compile(r"<[^>]*>")
+_TAGS = re.compile(r"<[^<>]*>")  # linear: never rescans from each "<" of "<<<<…"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +219,8 @@ class OutputDiff:
     images: list[ImageDiff]
     more_images: int = 0
     """Images left out past :data:`MAX_IMAGES`."""
+    more_texts: int = 0
+    """Cells whose text differs left out past :data:`MAX_TEXTS`."""
 
     @property
     def same(self) -> bool:
@@ -210,17 +228,23 @@ class OutputDiff:
         return (
             all(t.status == "unchanged" for t in self.tables)
             and not self.texts
+            and not self.more_texts
             and all(i.status == "unchanged" for i in self.images)
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "same": self.same,
-            "tables": [t.to_json() for t in self.tables],
-            "texts": [t.to_json() for t in self.texts],
-            "images": [i.to_json() for i in self.images],
-            "more_images": self.more_images,
-        }
+        return dict(
+            json_safe(
+                {
+                    "same": self.same,
+                    "tables": [t.to_json() for t in self.tables],
+                    "texts": [t.to_json() for t in self.texts],
+                    "images": [i.to_json() for i in self.images],
+                    "more_images": self.more_images,
+                    "more_texts": self.more_texts,
+                }
+            )
+        )
 
     def lines(self) -> list[str]:
         """The comparison as text (``nbcast runs diff``)."""
@@ -235,11 +259,13 @@ class OutputDiff:
                 out.append(
                     f"{image.cell}: image {image.index + 1} ({image.media_type}) {image.status}"
                 )
+        if self.more_texts:
+            out.append(f"… {self.more_texts} more cells whose text changed")
         if self.more_images:
             out.append(f"… {self.more_images} more images not compared")
         if self.same:
             out.insert(0, "the two reports show the same tables, text and images")
-        return out
+        return [safe_text(line) for line in out]
 
 
 def _table_lines(table: TableDiff) -> list[str]:
@@ -263,12 +289,45 @@ def _table_lines(table: TableDiff) -> list[str]:
 def compare_outputs(before: Mapping[str, Any], after: Mapping[str, Any]) -> OutputDiff:
     """Compare two executed notebooks (as plain JSON) the way the module docstring says."""
     images, more = _images(before, after)
+    texts, more_texts = _texts(before, after)
     return OutputDiff(
-        tables=_tables(before, after),
-        texts=_texts(before, after),
+        tables=_tables(before, after, _Budget(MAX_CELLS_COMPARED)),
+        texts=texts,
         images=images,
         more_images=more,
+        more_texts=more_texts,
     )
+
+
+class _Budget:
+    """Work left for one comparison."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def spend(self, amount: int = 1) -> bool:
+        self.left -= amount
+        return self.left >= 0
+
+
+def safe_text(text: str) -> str:
+    """``text`` without lone surrogates (a notebook's JSON may hold ``\\ud800``, which
+    no UTF-8 answer can carry)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as JSON any client parses: strings without lone surrogates, numbers
+    that are not finite as text (``NaN`` is not JSON)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {safe_text(str(k)): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 # -- tables -----------------------------------------------------------------------------
@@ -281,7 +340,9 @@ def _payloads(notebook: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
         return None
 
 
-def _tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[TableDiff]:
+def _tables(
+    before: Mapping[str, Any], after: Mapping[str, Any], budget: _Budget
+) -> list[TableDiff]:
     old, new = _payloads(before), _payloads(after)
     if old is None or new is None:
         return [_bare("(recorded tables)", "unreadable", 0, 0)]
@@ -290,7 +351,7 @@ def _tables(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[TableDi
         if name not in old:
             out.append(_bare(name, "added", 0, len(payload["data"])))
         else:
-            out.append(_table(name, old[name], payload))
+            out.append(_table(name, old[name], payload, budget))
     out += [_bare(name, "removed", len(p["data"]), 0) for name, p in old.items() if name not in new]
     return out
 
@@ -322,7 +383,7 @@ def _rows(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r if isinstance(r, Mapping) else {} for r in payload["data"]]
 
 
-def _table(name: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> TableDiff:
+def _table(name: str, a: Mapping[str, Any], b: Mapping[str, Any], budget: _Budget) -> TableDiff:
     fa, fb = _fields(a), _fields(b)
     ra, rb = _rows(a), _rows(b)
     common = [c for c in fb if c in fa]
@@ -333,13 +394,22 @@ def _table(name: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> TableDiff:
     removed = [k for k in ka if k not in kb]
     changes: list[CellChange] = []
     more = 0
+    compared = [c for c in common if c not in key]
+    wanted = set(compared)
+    order = {c: i for i, c in enumerate(compared)}
     for k, row in kb.items():
         old = ka.get(k)
         if old is None:
             continue
-        for column in common:
-            if column in key:
-                continue
+        if len(row) + len(old) < len(compared):  # sparse rows: only the keys they hold
+            keys = {str(c) for c in (*row.keys(), *old.keys())} & wanted
+            present = sorted(keys, key=order.__getitem__)
+        else:
+            present = compared
+        if not budget.spend(len(present)):
+            more += len(present)
+            continue
+        for column in present:
             x, y = old.get(column), row.get(column)
             if _equal(x, y):
                 continue
@@ -421,14 +491,21 @@ def _is_number(value: Any) -> bool:
 
 
 def _change(row: str, column: str, x: Any, y: Any, numeric: bool) -> CellChange:
-    delta = percent = None
+    delta: float | None = None
+    percent: float | None = None
     if numeric and _is_number(x) and _is_number(y):
-        delta = float(y) - float(x)
-        if math.isfinite(delta):
-            delta = round(delta, 10)
-            percent = round(100 * delta / abs(float(x)), 4) if x else None
-        else:
+        try:
+            exact = y - x  # ints exactly, however large
+            delta = float(exact)
+            percent = 100 * float(exact) / abs(float(x)) if x else None
+        except (OverflowError, ZeroDivisionError):
+            delta = percent = None
+        if delta is not None and not math.isfinite(delta):
             delta = None
+        if percent is not None and not math.isfinite(percent):
+            percent = None
+        delta = round(delta, 10) if delta is not None else None
+        percent = round(percent, 4) if percent is not None else None
     return CellChange(row=row, column=column, before=x, after=y, delta=delta, percent=percent)
 
 
@@ -460,16 +537,18 @@ def _cells(notebook: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any
     for index, cell in enumerate(cells if isinstance(cells, list) else ()):
         if not isinstance(cell, Mapping):
             continue
-        tags = (
-            cell.get("metadata", {}).get("tags", [])
-            if isinstance(cell.get("metadata"), Mapping)
-            else []
-        )
-        if "injected-parameters" in (tags or []):
+        metadata = cell.get("metadata")
+        tags = metadata.get("tags") if isinstance(metadata, Mapping) else None
+        if isinstance(tags, list | tuple) and "injected-parameters" in tags:
             continue
         key = str(cell.get("id") or f"#{index}")
         out[key] = (f"cell {index + 1} ({cell.get('cell_type', '?')})", cell)
     return out
+
+
+def _outputs(cell: Mapping[str, Any]) -> list[Any]:
+    outputs = cell.get("outputs")
+    return outputs if isinstance(outputs, list) else []
 
 
 def _joined(value: Any) -> str:
@@ -481,7 +560,7 @@ def _cell_text(cell: Mapping[str, Any]) -> str:
     if cell.get("cell_type") == "markdown":
         return _joined(cell.get("source"))
     parts = []
-    for output in cell.get("outputs") or ():
+    for output in _outputs(cell):
         if not isinstance(output, Mapping):
             continue
         kind = output.get("output_type")
@@ -497,7 +576,7 @@ def _cell_text(cell: Mapping[str, Any]) -> str:
                 continue  # an image: compared as an image (its text/plain is a repr)
             for mime in ("text/markdown", "text/plain", "text/html"):
                 if mime in data:
-                    text = _joined(data[mime])
+                    text = _joined(data[mime])[:MAX_TEXT_CHARS]
                     if mime == "text/html":
                         text = html.unescape(_TAGS.sub(" ", text))
                         text = re.sub(r"[ \t]+", " ", text)
@@ -506,26 +585,35 @@ def _cell_text(cell: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _texts(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[TextDiff]:
+def _texts(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[list[TextDiff], int]:
+    """The cells whose text differs (at most :data:`MAX_TEXTS`), and how many more."""
     old, new = _cells(before), _cells(after)
-    out = []
+    changed: list[tuple[str, str, str, str]] = []  # label, status, before, after
     for key, (label, cell) in new.items():
         text = _cell_text(cell)[:MAX_TEXT_CHARS]
         if key not in old:
             if text:
-                out.append(TextDiff(cell=label, status="added", lines=_diff("", text)))
+                changed.append((label, "added", "", text))
             continue
         previous = _cell_text(old[key][1])[:MAX_TEXT_CHARS]
         if previous != text:
-            out.append(TextDiff(cell=label, status="changed", lines=_diff(previous, text)))
+            changed.append((label, "changed", previous, text))
     for key, (label, cell) in old.items():
         if key not in new and (text := _cell_text(cell)[:MAX_TEXT_CHARS]):
-            out.append(TextDiff(cell=label, status="removed", lines=_diff(text, "")))
-    return out
+            changed.append((label, "removed", text, ""))
+    budget = _Budget(MAX_DIFFED_CHARS)
+    out = [
+        TextDiff(cell=label, status=status, lines=_diff(a, b, budget))
+        for label, status, a, b in changed[:MAX_TEXTS]
+    ]
+    return out, max(0, len(changed) - MAX_TEXTS)
 
 
-def _diff(a: str, b: str) -> list[str]:
-    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=1))[2:]
+def _diff(a: str, b: str, budget: _Budget) -> list[str]:
+    old, new = a.splitlines(), b.splitlines()
+    if max(len(old), len(new)) > MAX_DIFFED_LINES or not budget.spend(len(a) + len(b)):
+        return [f"(changed: {len(old):,} → {len(new):,} lines, too large to compare line by line)"]
+    lines = list(difflib.unified_diff(old, new, lineterm="", n=1))[2:]
     if len(lines) > MAX_TEXT_LINES:
         cut = len(lines) - MAX_TEXT_LINES
         lines = [*lines[:MAX_TEXT_LINES], f"… {cut} more lines"]
@@ -539,7 +627,7 @@ def _image_outputs(notebook: Mapping[str, Any]) -> Iterator[tuple[str, str, int,
     """(cell key, label, index, media type, data) for each image, in notebook order."""
     for key, (label, cell) in _cells(notebook).items():
         index = 0
-        for output in cell.get("outputs") or ():
+        for output in _outputs(cell):
             data = output.get("data") if isinstance(output, Mapping) else None
             if not isinstance(data, Mapping):
                 continue
@@ -551,15 +639,19 @@ def _image_outputs(notebook: Mapping[str, Any]) -> Iterator[tuple[str, str, int,
 
 
 def _digest(mime: str, data: str) -> str:
-    raw = data.encode() if mime == "image/svg+xml" else _decoded(data)
+    raw = _bytes(data) if mime == "image/svg+xml" else _decoded(data)
     return hashlib.sha256(raw).hexdigest()
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _decoded(data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=False)
     except (ValueError, TypeError):
-        return data.encode()
+        return _bytes(data)
 
 
 def _images(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[list[ImageDiff], int]:

@@ -16,7 +16,7 @@ import base64
 import binascii
 import html
 
-from nbcast.views.output_diff import ImageDiff, TableDiff, number_text
+from nbcast.views.output_diff import ImageDiff, TableDiff, number_text, safe_text
 from nbcast.views.run_compare import RunComparison
 
 __all__ = ["STYLE", "comparison_html"]
@@ -42,7 +42,7 @@ pre .add { color: #1a7f37; } pre .del { color: #cf222e; } pre .hunk { color: #82
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(safe_text(str(value)), quote=True)
 
 
 def comparison_html(comparison: RunComparison) -> str:
@@ -74,6 +74,8 @@ def comparison_html(comparison: RunComparison) -> str:
         parts.append(f"<h2>Images</h2><p>{same} unchanged, {len(changed)} changed</p>")
     for image in changed:
         parts.append(_image(image))
+    if diff.more_texts:
+        parts.append(f"<p>{diff.more_texts} more cells whose text changed are not listed.</p>")
     if diff.more_images:
         parts.append(f"<p>{diff.more_images} more images were not compared.</p>")
     parts.append("</body></html>\n")
@@ -139,7 +141,7 @@ def _data_uri(media_type: str, data: str | None) -> str | None:
     if not data:
         return None
     if media_type == "image/svg+xml":
-        encoded = base64.b64encode(data.encode()).decode()
+        encoded = base64.b64encode(safe_text(data).encode()).decode()
     else:
         encoded = "".join(data.split())  # notebooks wrap base64 in lines
         try:

@@ -272,6 +272,7 @@ def test_a_manual_run_is_listed_with_its_keys(db: Database, tmp_path: Path) -> N
         "finished_at",
         "context",
         "rerun_of",
+        "test_to",
     }
     context = record.to_json()["context"]
     assert context["kind"] == "manual"

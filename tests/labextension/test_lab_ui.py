@@ -630,6 +630,16 @@ def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) 
     )
     assert definition.locator("select[aria-label='diff from version']").input_value() == "1"
     assert definition.locator("select[aria-label='diff to version']").input_value() == "2"
+    # The backfilled slots of v1 have run by now (the embedded worker): one of them is
+    # what "Compare outputs" starts from.
+    driver.wait_until(
+        "a backfilled run of v1 to succeed",
+        lambda: any(
+            r["state"] == "SUCCEEDED" and r["slot_key"] and r["version"] == 1
+            for r in api(lab, "runs?definition=daily-sales&kind=backfill")["items"]
+        ),
+        timeout=180,
+    )
     definition.get_by_role("button", name="Show diff").click()
     diff = driver.page.locator(".nbcast-Diff[data-rendered]")
     diff.wait_for()
@@ -652,6 +662,24 @@ def test_a_second_version_and_the_diff_of_the_two(driver: Any, lab: LiveServer) 
     tab = driver.page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel", has_text="v1")
     assert text(tab) == "daily-sales: v1 → v2"
     driver.screenshot("13-diff")
+    # Compare outputs: v2 dry-run on a slot v1 ran, the two reports side by side.
+    bar = diff.locator(".nbcast-CompareOutputs")
+    slots = bar.locator("select[aria-label='compare outputs on slot'] option")
+    slots.first.wait_for(state="attached")
+    bar.get_by_role("button", name="Compare outputs").click()
+    status = bar.locator("[data-compare-status]")
+    driver.wait_until(
+        "the dry run of v2 and its comparison",
+        lambda: status.get_attribute("data-compare-status") in {"done", "failed"},
+        timeout=240,
+    )
+    assert status.get_attribute("data-compare-status") == "done", text(status)
+    frame = driver.page.frame_locator(".nbcast-VersionCompare iframe").first
+    frame.locator("h1", has_text="Reports compared").wait_for()
+    body = frame.locator("body").inner_text()
+    assert "Table top_products: changed" in body
+    assert "5 → 7 rows" in body  # top_n runs with 5 in v1, 7 in v2
+    driver.screenshot("13b-diff-compare-outputs")
 
 
 def test_the_panel_polls_while_visible_and_not_while_hidden(driver: Any) -> None:

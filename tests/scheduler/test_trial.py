@@ -150,6 +150,7 @@ def test_the_overlap_policy_does_not_see_test_runs(db: Database, tmp_path: Path)
         ({"slot": "2026-03-14T07:00"}, ScheduleError),  # a Saturday: no such slot
         ({"slot": "next monday"}, ScheduleError),
         ({"slot": "9999-12-31T23:59"}, ScheduleError),
+        ({"slot": "2026-03-13T07:00+05:00"}, ScheduleError),  # a wall time has no offset
         ({"recipient": "nobody@example.com"}, ConfigError),
         ({"to": ["not an address"]}, ConfigError),
         ({"to": [f"a{i}@example.com" for i in range(MAX_TEST_ADDRESSES + 1)]}, ConfigError),
@@ -186,3 +187,35 @@ def test_a_slot_the_schedule_skips_is_refused(db: Database, tmp_path: Path) -> N
     with pytest.raises(ScheduleError, match="skipped by the schedule"):
         queue_test_run(db, FixedClock(T0), ALICE, "sales", {}, slot="2026-03-08T02:30")
     assert rows(db, RunKind.test) == []
+
+
+def test_at_moves_past_a_slot_the_schedule_skips(db: Database, tmp_path: Path) -> None:
+    schedule = {"cron": "30 2 * * *", "timezone": "America/New_York", "dst": {"gap": "skip"}}
+    define(db, tmp_path, schedule)
+    at = datetime(2026, 3, 8, 6, 0, tzinfo=UTC)  # 01:00 EST: the 02:30 slot is skipped
+    tried = queue_test_run(db, FixedClock(T0), ALICE, "sales", {}, at=at, to=[])
+    assert {t.slot_key for t in tried} == {"2026-03-09T02:30"}
+
+
+def test_a_preview_resolves_bindings_for_a_few_slots_within_a_budget() -> None:
+    from nbcast.scheduler.preview import MAX_BOUND_SLOTS, MAX_BUSINESS_DAYS, preview
+
+    rows = preview(
+        cron="0 * * * *",
+        tz="Europe/Berlin",
+        range_from=datetime(2026, 3, 9, tzinfo=UTC),
+        range_to=datetime(2026, 3, 10, tzinfo=UTC),
+        bindings={"day": YESTERDAY},
+    )
+    resolved = [r for r in rows if "parameters" in r]
+    assert len(resolved) == MAX_BOUND_SLOTS < len(rows)
+    assert resolved[0]["parameters"] == {"day": "2026-03-08"}
+    costly = {"$period": "slot", "steps": [{"business_days": -2000}] * 6}
+    with pytest.raises(ScheduleError, match=f"more than {MAX_BUSINESS_DAYS:,}"):
+        preview(
+            cron="0 7 * * *",
+            tz="UTC",
+            range_from=datetime(2026, 3, 9, tzinfo=UTC),
+            range_to=datetime(2026, 3, 10, tzinfo=UTC),
+            bindings={"day": costly},
+        )

@@ -79,8 +79,20 @@ def test_a_valid_notebook_shows_its_schema_and_next_fires(
     assert result["problem"] is None
     assert result["published"] is None
     assert result["parameters"] == [
-        {"name": "region", "type": "str", "default": "EMEA", "help": "the sales region", "line": 1},
-        {"name": "top_n", "type": "int", "default": 5, "help": "", "line": 2},
+        {
+            "name": "region",
+            "type": "str",
+            "default": "EMEA",
+            "help": "the sales region",
+            "allowed": None,
+        },
+        {"name": "top_n", "type": "int", "default": 5, "help": "", "allowed": None},
+    ]
+    # What the bound region resolves to in the next three slots, as a run would get it.
+    assert [(b["slot_key"], b["parameters"]) for b in result["bound"]] == [
+        ("2026-10-24T02:30", {"region": "2026-10"}),
+        ("2026-10-25T02:30", {"region": "2026-10"}),
+        ("2026-10-26T02:30", {"region": "2026-10"}),
     ]
     assert [(f["local"], f["note"]) for f in result["next_fires"]] == [
         ("2026-10-24T02:30:00+02:00", None),

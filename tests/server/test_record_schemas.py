@@ -368,7 +368,7 @@ def test_a_definition_detail_is_its_version_then_the_definitions_state() -> None
         detail["created_at"] == VERSION.to_json()["created_at"]
     )  # the version's, not the definition's
     assert detail["parameters"] == [
-        {"name": "top_n", "type": "integer", "default": 5, "help": "how many"}
+        {"name": "top_n", "type": "integer", "default": 5, "help": "how many", "allowed": None}
     ]
     assert detail["next_fires"] == [FIRE.to_json()]
     assert "source_path" not in detail

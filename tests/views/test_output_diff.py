@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from typing import Any
 
 import pandas as pd
@@ -211,6 +212,41 @@ def test_huge_tables_and_many_images_are_bounded() -> None:
                 )
             ]
         },
+        {"cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": 5}, "outputs": 5}]},
+        {
+            "cells": [
+                {"cell_type": "code", "id": "a", "outputs": True},
+                {"cell_type": "markdown", "id": "b", "source": "\ud800"},
+            ]
+        },
+        {
+            "cells": [
+                code(
+                    "c",
+                    [
+                        {
+                            "output_type": "display_data",
+                            "data": {"image/svg+xml": "\ud800", "image/png": "\ud800"},
+                            "metadata": {},
+                        }
+                    ],
+                )
+            ]
+        },
+        {
+            "cells": [
+                code(
+                    "h",
+                    [
+                        {
+                            "output_type": "display_data",
+                            "data": {"text/html": "<" * 1_000_000},
+                            "metadata": {},
+                        }
+                    ],
+                )
+            ]
+        },
     ],
 )
 def test_malformed_notebooks_compare_without_raising(hostile: dict[str, Any]) -> None:
@@ -218,3 +254,57 @@ def test_malformed_notebooks_compare_without_raising(hostile: dict[str, Any]) ->
     for pair in ((hostile, good), (good, hostile)):
         diff = compare_outputs(*pair)
         assert diff.lines()
+        # What the API and the CLI print is JSON any client parses (no NaN, no lone
+        # surrogate).
+        json.dumps(diff.to_json(), allow_nan=False).encode("utf-8")
+        assert all(line.encode("utf-8") for line in diff.lines())
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "delta", "percent"),
+    [
+        (1, 10**400, None, None),  # too large for a float: no delta, no error
+        (1e-300, 1e300, 1e300, None),  # the relative change is not finite
+        (2**63 - 2, 2**63 - 1, 1.0, 0.0),  # ints subtracted exactly
+        (float("nan"), 1.0, None, None),
+    ],
+)
+def test_numbers_any_json_holds_give_finite_changes_or_none(
+    before: Any, after: Any, delta: float | None, percent: float | None
+) -> None:
+    def one(value: Any) -> dict[str, Any]:
+        fields = [{"name": "k", "type": "string"}, {"name": "v", "type": "number"}]
+        payload = {"name": "t", "schema": {"fields": fields}, "data": [{"k": "a", "v": value}]}
+        output = {
+            "output_type": "display_data",
+            "data": {TABLE_MIME_TYPE: payload},
+            "metadata": {"nbcast": {"table": "t"}},
+        }
+        return {"cells": [code("x", [output])]}
+
+    diff = compare_outputs(one(before), one(after))
+    (change,) = diff.tables[0].changes
+    assert (change.delta, change.percent) == (delta, percent)
+    json.dumps(diff.to_json(), allow_nan=False)
+
+
+def test_every_list_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbcast.views import output_diff
+
+    monkeypatch.setattr(output_diff, "MAX_CELLS_COMPARED", 10)
+    monkeypatch.setattr(output_diff, "MAX_TEXTS", 3)
+    a = pd.DataFrame({"k": [f"r{i}" for i in range(20)], "v": list(range(20))})
+
+    def printed(suffix: str) -> list[dict[str, Any]]:
+        return [
+            code(f"p{i}", [{"output_type": "stream", "name": "stdout", "text": f"{i}{suffix}\n"}])
+            for i in range(8)
+        ]
+
+    before = {"cells": [code("x", [table_output(a, "t")]), *printed("")]}
+    after = {"cells": [code("x", [table_output(a.assign(v=a["v"] + 1), "t")]), *printed("!")]}
+    diff = compare_outputs(before, after)
+    assert len(diff.tables[0].changes) == 10
+    assert diff.tables[0].more == 10  # the values past the budget, counted
+    assert (len(diff.texts), diff.more_texts) == (3, 5)
+    assert diff.lines()[-1] == "… 5 more cells whose text changed"

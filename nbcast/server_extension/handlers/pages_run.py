@@ -203,8 +203,9 @@ class RunNotebookView(PageHandler):
 @page_route("/nbcast/runs/{run_id}/compare", "Compare a run's report with another run's")
 class RunComparePage(PageHandler):
     """``/nbcast/runs/{run_id}/compare?with=N``: the run page's "Compare" form lands
-    here and is sent on to the comparison page the API renders
-    (``/nbcast/api/v1/runs/{run_id}/diff/{N}?format=html``), which checks both runs."""
+    here and is sent on to the comparison page the API renders, run N's report before
+    this one's (``/nbcast/api/v1/runs/{N}/diff/{run_id}?format=html``), which checks
+    both runs."""
 
     @web.authenticated
     @authorized
