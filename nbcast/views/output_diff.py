@@ -4,13 +4,9 @@ A plain ``nbdiff`` of two executed runs is mostly noise: execution counts, timin
 cell ids, the injected parameters, the HTML of every table. :func:`compare_outputs`
 reads what a recipient sees instead, in three kinds:
 
-- **Tables** recorded with :func:`nbcast.output.table`, matched by name (a table only
-  in one run is added or removed). Rows are matched by a **key**: the columns that are
-  not numbers (text, dates, booleans), in order, as few as make every row's key unique
-  in both runs (``region``; ``sku`` beside a ``rank``) — else by position. Matched rows
-  are compared cell by cell: a number with its delta and relative change (``revenue
-  1,200 → 1,350 (+150, +12.5%)``), any other value as before → after; rows and columns
-  only in one run are listed as added or removed.
+- **Tables** recorded with :func:`nbcast.output.table`, matched by name, rows by their
+  key columns, cell by cell — numbers with their delta and relative change
+  (:mod:`nbcast.views.table_diff`).
 - **Text**: each cell's markdown, and the text its outputs show (streams, plain text
   or markdown results, errors; an HTML-only output as its text), cells matched by id
   (papermill keeps them; by position when a notebook has none), compared as unified
@@ -21,16 +17,13 @@ reads what a recipient sees instead, in three kinds:
 
 Everything volatile is ignored by construction: only the values above are read.
 
-**Bounds.** A notebook is hostile input and two may be large: at most
-:data:`MAX_CHANGES` cell changes and :data:`MAX_ROWS_LISTED` added or removed rows are
-listed per table (``more`` counts the rest), :data:`MAX_CELLS_COMPARED` table values
-compared in all, :data:`MAX_TEXT_LINES` diff lines per cell, :data:`MAX_TEXT_CHARS`
-characters of text per cell compared, :data:`MAX_TEXTS` changed cells listed, texts of
-more than :data:`MAX_DIFFED_LINES` lines or past :data:`MAX_DIFFED_CHARS` characters
-in all said to have changed without a line diff, at most :data:`MAX_IMAGES` images; a
-value is shown in at most :data:`VALUE_CHARS` characters. A table whose payload is
-malformed is reported as such, a notebook of any other shape compared as far as it
-goes — never an exception. What is shown is JSON any client parses (:func:`json_safe`:
+**Bounds.** A notebook is hostile input and two may be large: the tables' bounds are
+:mod:`nbcast.views.table_diff`'s; at most :data:`MAX_TEXT_LINES` diff lines per cell,
+:data:`MAX_TEXT_CHARS` characters of text per cell compared, :data:`MAX_TEXTS` changed
+cells listed, texts of more than :data:`MAX_DIFFED_LINES` lines or past
+:data:`MAX_DIFFED_CHARS` characters in all said to have changed without a line diff, at
+most :data:`MAX_IMAGES` images. A notebook of any shape is compared as far as it goes —
+never an exception. What is shown is JSON any client parses (:func:`json_safe`:
 no lone surrogate, no ``NaN``).
 """
 
@@ -40,16 +33,24 @@ import base64
 import difflib
 import hashlib
 import html
-import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbcast.errors import RenderError
-from nbcast.output.tables import TABLE_MIME_TYPE, table_payloads
+from nbcast.output.tables import TABLE_MIME_TYPE
 from nbcast.records import internal
+from nbcast.views.table_diff import (
+    MAX_CHANGES,
+    MAX_ROWS_LISTED,
+    Budget,
+    CellChange,
+    TableDiff,
+    compare_tables,
+    number_text,
+    table_lines,
+)
 
 __all__ = [
     "IMAGE_TYPES",
@@ -69,23 +70,12 @@ __all__ = [
     "safe_text",
 ]
 
-MAX_CHANGES = 500
-"""Cell changes listed per table."""
-MAX_ROWS_LISTED = 200
-"""Added (or removed) rows listed per table."""
 MAX_TEXT_LINES = 400
 """Unified diff lines per cell."""
 MAX_TEXT_CHARS = 200_000
 """Characters of one cell's text compared (the rest is cut, with a note)."""
 MAX_IMAGES = 100
 """Images compared in all."""
-VALUE_CHARS = 120
-"""A value longer than this is shown cut, with ``…``."""
-MAX_KEY_COLUMNS = 4
-"""Key columns tried at most (``region``, then ``region, day``, …)."""
-MAX_CELLS_COMPARED = 2_000_000
-"""Table values compared in all, in one comparison (the rest are counted as not
-compared: ``more``)."""
 MAX_TEXTS = 200
 """Cells whose text differs listed at most (``more_texts`` counts the rest)."""
 MAX_DIFFED_LINES = 5_000
@@ -94,78 +84,7 @@ MAX_DIFFED_CHARS = 2_000_000
 """Characters of text diffed line by line in all, in one comparison."""
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
-_NUMERIC = {"integer", "number"}
 _TAGS = re.compile(r"<[^<>]*>")  # linear: never rescans from each "<" of "<<<<…"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CellChange:
-    """One value of a matched row that differs."""
-
-    row: str
-    """The row's key, as text (``EMEA``; ``#3`` when rows are matched by position)."""
-    column: str
-    before: Any
-    after: Any
-    delta: float | None = None
-    """For numbers: after − before."""
-    percent: float | None = None
-    """For numbers: the change relative to before, in percent (None from zero)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "row": self.row,
-            "column": self.column,
-            "before": self.before,
-            "after": self.after,
-            "delta": self.delta,
-            "percent": self.percent,
-        }
-
-    def text(self) -> str:
-        """``revenue 1200 → 1350 (+150, +12.5%)``."""
-        line = f"{self.column} {_shown(self.before)} → {_shown(self.after)}"
-        if self.delta is not None:
-            extra = number_text(self.delta, signed=True)
-            if self.percent is not None:
-                extra += f", {self.percent:+.1f}%"
-            line += f" ({extra})"
-        return line
-
-
-@dataclass(frozen=True, kw_only=True)
-class TableDiff:
-    """One recorded table in both runs."""
-
-    name: str
-    status: str
-    """``added``, ``removed``, ``changed``, ``unchanged`` or ``unreadable``."""
-    key: list[str]
-    """The columns rows are matched by ([]: by position)."""
-    rows_before: int
-    rows_after: int
-    columns_added: list[str]
-    columns_removed: list[str]
-    rows_added: list[str]
-    rows_removed: list[str]
-    changes: list[CellChange]
-    more: int = 0
-    """Changes and rows left out past the bounds."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "key": self.key,
-            "rows_before": self.rows_before,
-            "rows_after": self.rows_after,
-            "columns_added": self.columns_added,
-            "columns_removed": self.columns_removed,
-            "rows_added": self.rows_added,
-            "rows_removed": self.rows_removed,
-            "changes": [c.to_json() for c in self.changes],
-            "more": self.more,
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,7 +169,7 @@ class OutputDiff:
         """The comparison as text (``nbcast runs diff``)."""
         out: list[str] = []
         for table in self.tables:
-            out += _table_lines(table)
+            out += table_lines(table)
         for text in self.texts:
             out.append(f"{text.cell}: text {text.status}")
             out += [f"  {line}" for line in text.lines]
@@ -268,46 +187,17 @@ class OutputDiff:
         return [safe_text(line) for line in out]
 
 
-def _table_lines(table: TableDiff) -> list[str]:
-    head = f"table {table.name}: {table.status}"
-    if table.status in ("added", "removed", "unreadable"):
-        return [head]
-    if table.status == "unchanged":
-        return [f"{head} ({table.rows_after} rows)"]
-    by = f"rows by {', '.join(table.key)}" if table.key else "rows by position"
-    out = [f"{head} ({table.rows_before} → {table.rows_after} rows, {by})"]
-    out += [f"  column added: {c}" for c in table.columns_added]
-    out += [f"  column removed: {c}" for c in table.columns_removed]
-    out += [f"  row added: {r}" for r in table.rows_added]
-    out += [f"  row removed: {r}" for r in table.rows_removed]
-    out += [f"  {c.row}: {c.text()}" for c in table.changes]
-    if table.more:
-        out.append(f"  … and {table.more} more")
-    return out
-
-
 def compare_outputs(before: Mapping[str, Any], after: Mapping[str, Any]) -> OutputDiff:
     """Compare two executed notebooks (as plain JSON) the way the module docstring says."""
     images, more = _images(before, after)
     texts, more_texts = _texts(before, after)
     return OutputDiff(
-        tables=_tables(before, after, _Budget(MAX_CELLS_COMPARED)),
+        tables=compare_tables(before, after),
         texts=texts,
         images=images,
         more_images=more,
         more_texts=more_texts,
     )
-
-
-class _Budget:
-    """Work left for one comparison."""
-
-    def __init__(self, left: int) -> None:
-        self.left = left
-
-    def spend(self, amount: int = 1) -> bool:
-        self.left -= amount
-        return self.left >= 0
 
 
 def safe_text(text: str) -> str:
@@ -328,203 +218,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
-
-
-# -- tables -----------------------------------------------------------------------------
-
-
-def _payloads(notebook: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
-    try:
-        return table_payloads(notebook)
-    except (RenderError, AttributeError, TypeError, KeyError):  # a malformed notebook
-        return None
-
-
-def _tables(
-    before: Mapping[str, Any], after: Mapping[str, Any], budget: _Budget
-) -> list[TableDiff]:
-    old, new = _payloads(before), _payloads(after)
-    if old is None or new is None:
-        return [_bare("(recorded tables)", "unreadable", 0, 0)]
-    out = []
-    for name, payload in new.items():
-        if name not in old:
-            out.append(_bare(name, "added", 0, len(payload["data"])))
-        else:
-            out.append(_table(name, old[name], payload, budget))
-    out += [_bare(name, "removed", len(p["data"]), 0) for name, p in old.items() if name not in new]
-    return out
-
-
-def _bare(name: str, status: str, before: int, after: int) -> TableDiff:
-    return TableDiff(
-        name=name,
-        status=status,
-        key=[],
-        rows_before=before,
-        rows_after=after,
-        columns_added=[],
-        columns_removed=[],
-        rows_added=[],
-        rows_removed=[],
-        changes=[],
-    )
-
-
-def _fields(payload: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        str(f.get("name")): str(f.get("type", "string"))
-        for f in payload["schema"]["fields"]
-        if isinstance(f, Mapping)
-    }
-
-
-def _rows(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [r if isinstance(r, Mapping) else {} for r in payload["data"]]
-
-
-def _table(name: str, a: Mapping[str, Any], b: Mapping[str, Any], budget: _Budget) -> TableDiff:
-    fa, fb = _fields(a), _fields(b)
-    ra, rb = _rows(a), _rows(b)
-    common = [c for c in fb if c in fa]
-    key = _key(common, fa, fb, ra, rb)
-    ka = _keyed(ra, key)
-    kb = _keyed(rb, key)
-    added = [k for k in kb if k not in ka]
-    removed = [k for k in ka if k not in kb]
-    changes: list[CellChange] = []
-    more = 0
-    compared = [c for c in common if c not in key]
-    wanted = set(compared)
-    order = {c: i for i, c in enumerate(compared)}
-    for k, row in kb.items():
-        old = ka.get(k)
-        if old is None:
-            continue
-        if len(row) + len(old) < len(compared):  # sparse rows: only the keys they hold
-            keys = {str(c) for c in (*row.keys(), *old.keys())} & wanted
-            present = sorted(keys, key=order.__getitem__)
-        else:
-            present = compared
-        if not budget.spend(len(present)):
-            more += len(present)
-            continue
-        for column in present:
-            x, y = old.get(column), row.get(column)
-            if _equal(x, y):
-                continue
-            if len(changes) >= MAX_CHANGES:
-                more += 1
-                continue
-            changes.append(_change(k, column, x, y, fa[column] in _NUMERIC))
-    more += max(0, len(added) - MAX_ROWS_LISTED) + max(0, len(removed) - MAX_ROWS_LISTED)
-    columns_added = [c for c in fb if c not in fa]
-    columns_removed = [c for c in fa if c not in fb]
-    changed = bool(changes or added or removed or columns_added or columns_removed or more)
-    return TableDiff(
-        name=name,
-        status="changed" if changed else "unchanged",
-        key=list(key),
-        rows_before=len(ra),
-        rows_after=len(rb),
-        columns_added=columns_added,
-        columns_removed=columns_removed,
-        rows_added=added[:MAX_ROWS_LISTED],
-        rows_removed=removed[:MAX_ROWS_LISTED],
-        changes=changes,
-        more=more,
-    )
-
-
-def _key(
-    common: Sequence[str],
-    fa: Mapping[str, str],
-    fb: Mapping[str, str],
-    ra: Sequence[Mapping[str, Any]],
-    rb: Sequence[Mapping[str, Any]],
-) -> tuple[str, ...]:
-    """The fewest of the common columns that are not numbers, taken in order, whose
-    values key every row of both tables uniquely; () for none (rows then match by
-    position)."""
-    leading: list[str] = []
-    for column in common:
-        if fa.get(column) in _NUMERIC or fb.get(column) in _NUMERIC:
-            continue
-        leading.append(column)
-        if len(leading) > MAX_KEY_COLUMNS:
-            return ()
-        if _unique(ra, leading) and _unique(rb, leading):
-            return tuple(leading)
-    return ()
-
-
-def _unique(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> bool:
-    seen = set()
-    for row in rows:
-        key = _row_key(row, columns)
-        if key in seen:
-            return False
-        seen.add(key)
-    return True
-
-
-def _row_key(row: Mapping[str, Any], columns: Sequence[str]) -> str:
-    return ", ".join(
-        _shown(row.get(c)) if not isinstance(row.get(c), str) else str(row.get(c)) for c in columns
-    )
-
-
-def _keyed(rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-    if not key:
-        return {f"#{i + 1}": row for i, row in enumerate(rows)}
-    return {_row_key(row, key): row for row in rows}
-
-
-def _equal(x: Any, y: Any) -> bool:
-    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
-        return True
-    return bool(x == y and type(x) is type(y)) or (_is_number(x) and _is_number(y) and x == y)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _change(row: str, column: str, x: Any, y: Any, numeric: bool) -> CellChange:
-    delta: float | None = None
-    percent: float | None = None
-    if numeric and _is_number(x) and _is_number(y):
-        try:
-            exact = y - x  # ints exactly, however large
-            delta = float(exact)
-            percent = 100 * float(exact) / abs(float(x)) if x else None
-        except (OverflowError, ZeroDivisionError):
-            delta = percent = None
-        if delta is not None and not math.isfinite(delta):
-            delta = None
-        if percent is not None and not math.isfinite(percent):
-            percent = None
-        delta = round(delta, 10) if delta is not None else None
-        percent = round(percent, 4) if percent is not None else None
-    return CellChange(row=row, column=column, before=x, after=y, delta=delta, percent=percent)
-
-
-def number_text(value: float, *, signed: bool = False) -> str:
-    """A number as a reader reads it: whole numbers whole, others to two decimals (to
-    four significant digits below 1)."""
-    sign = "+" if signed else ""
-    if value.is_integer() and abs(value) < 1e15:
-        return f"{value:{sign},.0f}"
-    if abs(value) >= 1:
-        return f"{value:{sign},.2f}"
-    return f"{value:{sign}.4g}"
-
-
-def _shown(value: Any) -> str:
-    if _is_number(value):
-        return number_text(float(value)) if isinstance(value, float) else f"{value:,}"
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
 # -- text -------------------------------------------------------------------------------
@@ -601,7 +294,7 @@ def _texts(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[list[Te
     for key, (label, cell) in old.items():
         if key not in new and (text := _cell_text(cell)[:MAX_TEXT_CHARS]):
             changed.append((label, "removed", text, ""))
-    budget = _Budget(MAX_DIFFED_CHARS)
+    budget = Budget(MAX_DIFFED_CHARS)
     out = [
         TextDiff(cell=label, status=status, lines=_diff(a, b, budget))
         for label, status, a, b in changed[:MAX_TEXTS]
@@ -609,7 +302,7 @@ def _texts(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[list[Te
     return out, max(0, len(changed) - MAX_TEXTS)
 
 
-def _diff(a: str, b: str, budget: _Budget) -> list[str]:
+def _diff(a: str, b: str, budget: Budget) -> list[str]:
     old, new = a.splitlines(), b.splitlines()
     if max(len(old), len(new)) > MAX_DIFFED_LINES or not budget.spend(len(a) + len(b)):
         return [f"(changed: {len(old):,} → {len(new):,} lines, too large to compare line by line)"]

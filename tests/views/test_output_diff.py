@@ -289,9 +289,9 @@ def test_numbers_any_json_holds_give_finite_changes_or_none(
 
 
 def test_every_list_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbcast.views import output_diff
+    from nbcast.views import output_diff, table_diff
 
-    monkeypatch.setattr(output_diff, "MAX_CELLS_COMPARED", 10)
+    monkeypatch.setattr(table_diff, "MAX_CELLS_COMPARED", 10)
     monkeypatch.setattr(output_diff, "MAX_TEXTS", 3)
     a = pd.DataFrame({"k": [f"r{i}" for i in range(20)], "v": list(range(20))})
 
