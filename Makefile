@@ -17,7 +17,7 @@ export RAY_AUTH_MODE := disabled
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: demo docs-images test test-fast api-types lint typecheck install lake clean bench chromium bubblewrap labextension
+.PHONY: demo docs-images test test-fast api-types lint typecheck install lake clean bench chromium bubblewrap promtool labextension
 
 # The JupyterLab extension (labextension/, TypeScript) is built with jlpm — the yarn
 # that jupyterlab ships, from the PyPI package jupyter-builder — into nbcast/labextension,
@@ -95,7 +95,14 @@ bubblewrap:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
 
-test: install lake chromium bubblewrap
+# promtool (Debian's prometheus package; its server is not started) checks the metrics
+# exposition and the alert rules in deploy/prometheus.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+test: install lake chromium bubblewrap promtool
 	$(JLPM) test
 	$(BIN)/ruff check nbcast tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check nbcast tests benchmarks scripts

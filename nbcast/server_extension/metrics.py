@@ -22,9 +22,12 @@ family                                       labels
 ``nbcast_scheduler_lag_seconds``             —
 ``nbcast_services_alive``                    ``kind``
 ``nbcast_service_heartbeat_lag_seconds``     ``kind`` (the freshest beat's age)
-``nbcast_run_attempts``                      ``outcome``
+``nbcast_run_attempts_total``                ``outcome`` (a counter: ended attempts)
+``nbcast_run_attempts_in_flight``            — (attempts under way)
 ``nbcast_run_duration_seconds``              histogram of finished attempts
-``nbcast_deliveries``                        ``channel``, ``state``
+``nbcast_deliveries_total``                  ``channel``, ``state`` (a counter: SENT,
+                                             FAILED, SUPPRESSED — rows that ended)
+``nbcast_deliveries_pending``                ``channel``, ``state`` (PENDING, SENDING)
 ``nbcast_render_duration_seconds``           histogram of rendered renditions
 ``nbcast_link_opens_total``                  —
 ``nbcast_sla_misses_total``                  ``state`` (the slot's); for administrators
@@ -43,6 +46,18 @@ queues (the rest summed under ``other``): at most ``(MAX_TENANTS + 1) × 3`` ser
 each named tenant with all three states (zero included, so a dashboard's series do
 not come and go). The SLA misses are counted by tenant on the same terms: the
 :data:`MAX_TENANTS` tenants with the most misses by name, the rest as ``other``.
+
+**Counters and gauges.** What only grows is a counter, named ``…_total`` (attempts
+that ended, deliveries that ended, link openings, SLA misses); what goes up and down is
+a gauge (runs by state, attempts under way, deliveries pending). A counter is a count of
+rows, so retention deleting old rows lowers it, which Prometheus reads as a counter
+reset (``increase()`` and ``rate()`` carry on).
+
+**Formats.** The answer follows the scraper's ``Accept`` header
+(``prometheus_client.exposition.choose_encoder``): OpenMetrics when it is asked for,
+else the text format 0.0.4 that Prometheus 2.x expects (``text/plain;
+version=0.0.4``), also when no ``Accept`` is sent. ``deploy/prometheus`` holds alert
+rules (with ``promtool test rules`` tests) and ``deploy/grafana`` a dashboard.
 
 Every family is one grouped query; on a million runs a scrape costs a few table
 scans, so scrape every 15–60 s, not every second.
@@ -65,6 +80,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.clock import Clock
 from nbcast.db import Database
+from nbcast.delivery.models import DeliveryState
 from nbcast.views import metrics as q
 
 __all__ = [
@@ -90,6 +106,9 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 OTHER = "other"
 """The label value that stands for every value past a family's bound."""
 SERVICE_KINDS = ("scheduler", "worker", "delivery-worker", "oversight")
+
+PENDING_DELIVERY = frozenset({DeliveryState.PENDING.value, DeliveryState.SENDING.value})
+"""Delivery states a ledger row leaves again (every other state is final)."""
 
 
 def _bounded(
@@ -121,6 +140,15 @@ def _gauge(
     name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=list(labels))
+    for values, value in _bounded((tuple(row[:-1]), float(row[-1])) for row in rows):
+        family.add_metric(list(values), value)
+    return family
+
+
+def _counter(
+    name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=list(labels))
     for values, value in _bounded((tuple(row[:-1]), float(row[-1])) for row in rows):
         family.add_metric(list(values), value)
     return family
@@ -265,22 +293,35 @@ class DatabaseCollector(Collector):
         yield alive
         yield lag
 
-        yield _gauge(
+        attempts = q.attempts_by_outcome(session)
+        yield _counter(
             "nbcast_run_attempts",
-            "Run attempts by outcome (in_flight: not ended).",
+            "Run attempts that ended, by outcome.",
             ["outcome"],
-            q.attempts_by_outcome(session),
+            [row for row in attempts if row[0] != q.IN_FLIGHT],
+        )
+        yield _scalar(
+            "nbcast_run_attempts_in_flight",
+            "Run attempts under way.",
+            float(sum(count for outcome, count in attempts if outcome == q.IN_FLIGHT)),
         )
         yield _histogram(
             "nbcast_run_duration_seconds",
             "How long finished run attempts took.",
             q.attempt_durations(session, DURATION_BUCKETS),
         )
-        yield _gauge(
+        deliveries = q.deliveries_by_channel_and_state(session)
+        yield _counter(
             "nbcast_deliveries",
-            "Deliveries (ledger rows) by channel and state.",
+            "Deliveries (ledger rows) that ended, by channel and state.",
             ["channel", "state"],
-            q.deliveries_by_channel_and_state(session),
+            [row for row in deliveries if row[1] not in PENDING_DELIVERY],
+        )
+        yield _gauge(
+            "nbcast_deliveries_pending",
+            "Deliveries (ledger rows) not ended yet, by channel and state.",
+            ["channel", "state"],
+            [row for row in deliveries if row[1] in PENDING_DELIVERY],
         )
         yield _histogram(
             "nbcast_render_duration_seconds",

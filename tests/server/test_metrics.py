@@ -43,8 +43,10 @@ FAMILIES = {
     "nbcast_services_alive",
     "nbcast_service_heartbeat_lag_seconds",
     "nbcast_run_attempts",
+    "nbcast_run_attempts_in_flight",
     "nbcast_run_duration_seconds",
     "nbcast_deliveries",
+    "nbcast_deliveries_pending",
     "nbcast_render_duration_seconds",
     "nbcast_link_opens",
 }
@@ -86,9 +88,17 @@ def test_the_families_parse_and_count_the_database(server: LiveServer, queued: i
     with server.client("alice") as client:
         answer = client.get("/nbcast/metrics")
     assert answer.status_code == 200
-    assert answer.headers["content-type"].startswith("text/plain")
+    # No Accept: the text format Prometheus 2.x reads.
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(answer.text)}
     assert set(families) >= FAMILIES
+    # What only grows is a counter; what goes up and down, a gauge.
+    assert (families["nbcast_run_attempts"].type, families["nbcast_deliveries"].type) == (
+        "counter",
+        "counter",
+    )
+    assert families["nbcast_run_attempts_in_flight"].type == "gauge"
+    assert "# TYPE nbcast_deliveries_total counter" in answer.text
     assert "process_cpu_seconds" in families or "python_info" in families
     samples = _samples(answer.text)
     assert samples[("nbcast_up", ())] == 1.0
@@ -155,7 +165,7 @@ def test_administrators_and_the_server_token_see_the_queue_per_tenant_and_state(
     assert samples[("nbcast_queue_depth", ())] == 2.0  # QUEUED only, every tenant
     assert samples[("nbcast_runs", (("state", "LEASED"),))] == 1.0
     assert samples[("nbcast_runs", (("state", "RUNNING"),))] == 1.0
-    assert samples[("nbcast_run_attempts", (("outcome", "in_flight"),))] == 2.0
+    assert samples[("nbcast_run_attempts_in_flight", ())] == 2.0
 
 
 def test_a_tenants_user_sees_no_tenant_in_the_queue(server: LiveServer, in_the_queue: None) -> None:
@@ -221,3 +231,28 @@ def test_the_server_holds_no_sql_of_its_own() -> None:
                 if node.module != "sqlalchemy.orm" or imported != {"Session"}:
                     found.append(f"{path.name}:{node.lineno} from {node.module} import {imported}")
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"),
+    [
+        ("text/plain;version=0.0.4;q=1,*/*;q=0.1", "text/plain; version=0.0.4"),
+        (
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+            "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            "application/openmetrics-text; version=1.0.0",
+        ),
+        ("*/*", "text/plain; version=0.0.4"),
+    ],
+)
+def test_the_format_follows_the_scrapers_accept_header(
+    server: LiveServer, queued: int, accept: str, content_type: str
+) -> None:
+    with server.client("alice") as client:
+        answer = client.get("/nbcast/metrics", headers={"Accept": accept})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith(content_type)
+    assert answer.headers["vary"] == "Accept"
+    if "openmetrics" in content_type:
+        assert answer.text.rstrip().endswith("# EOF")
+        assert "# TYPE nbcast_run_attempts counter" in answer.text

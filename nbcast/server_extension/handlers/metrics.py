@@ -18,7 +18,7 @@ scrapes sees the totals only.
 from __future__ import annotations
 
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 from nbcast.access import Caller
 from nbcast.server_extension.handlers.base import ApiHandler
@@ -64,6 +64,8 @@ class MetricsHandler(ApiHandler):
 
     async def _expose(self, *, per_tenant: bool) -> None:
         registry = metrics_registry(self.state.db, self.state.clock, per_tenant=per_tenant)
-        body = await self.call(generate_latest, registry)
+        encoder, content_type = choose_encoder(self.request.headers.get("Accept", "")[:1000])
+        body = await self.call(encoder, registry)
         self.set_header("Cache-Control", "no-store")
-        self.finish(body, set_content_type=CONTENT_TYPE_LATEST)  # not APIHandler's JSON
+        self.set_header("Vary", "Accept")
+        self.finish(body, set_content_type=content_type)  # not APIHandler's JSON
