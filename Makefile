@@ -55,7 +55,11 @@ labextension: $(LABEXT_STAMP)
 # own stamp above, never by the install hook.
 $(PY_STAMP): pyproject.toml tests/plugin/pyproject.toml | $(BIN)/python
 	SKIP_JUPYTER_BUILDER=1 $(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
-	$(BIN)/uv pip install --python $(BIN)/python -e tests/plugin
+	# The tests' plug-in goes beside the environment, never into it: only pytest puts it
+	# on the path (tests/conftest.py), so the demo and a user's nbcast never offer it.
+	$(BIN)/uv pip uninstall --python $(BIN)/python nbcast-testplugin 2>/dev/null || true
+	rm -rf $(VENV)/test-plugins
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --target $(VENV)/test-plugins ./tests/plugin
 	$(BIN)/uv pip uninstall --python $(BIN)/python rfc3987-syntax 2>/dev/null || true
 	$(BIN)/python -m compileall -q -j 0 nbcast "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nbcast)" >/dev/null

@@ -341,6 +341,12 @@ def main() -> int:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
 
+    # The mailbox first: the email channel is configured for every command, so
+    # publishing a report that emails says nothing about an unconfigured channel.
+    mailbox = start_mailbox(out / "mailbox")
+    env["NBCAST_SMTP_URL"] = f"smtp://127.0.0.1:{mailbox.port}"
+    env["NBCAST_SMTP_FROM"] = "reports@nbcast-demo.example"
+
     banner("publish the example reports")
     notebooks = sorted(EXAMPLES.glob("*.ipynb"))
     for source in notebooks:
@@ -419,7 +425,6 @@ def main() -> int:
     worker_env = {k: v for k, v in env.items() if k != "NBCAST_CLOCK"}  # the real clock
     worker_env.setdefault("NBCAST_RAY_TEMP_DIR", f"/tmp/nbcast-demo-ray-{os.getpid()}")
     worker_env["RAY_USAGE_STATS_ENABLED"] = "0"
-    mailbox = start_mailbox(out / "mailbox")
     print(f"local SMTP mailbox listening on 127.0.0.1:{mailbox.port}, writing to {mailbox.folder}")
     # The same clock as the report worker (the real one): see the module docstring.
     delivery_env = {

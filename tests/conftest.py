@@ -22,6 +22,16 @@ from nbcast.db import Base, Database, import_models
 from nbcast.testing.http import free_port
 from nbcast.testing.postgres import PostgresUnavailable, scratch_database
 
+TEST_PLUGINS = Path(sys.prefix) / "test-plugins"
+"""Where ``make install`` puts the tests' plug-in (``tests/plugin``): beside the
+environment, not in it, so only the tests see it — this process through ``sys.path``,
+the processes they start (servers, workers, the CLI) through ``PYTHONPATH``."""
+if TEST_PLUGINS.is_dir() and str(TEST_PLUGINS) not in sys.path:
+    sys.path.insert(0, str(TEST_PLUGINS))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(TEST_PLUGINS), os.environ.get("PYTHONPATH", "")) if p
+    )
+
 PG_ADMIN_URL = os.environ.get(
     "NBCAST_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )

@@ -232,3 +232,30 @@ def test_run_test_and_a_dry_run_of_a_slot(
     )
     code, _, err = run(capsys, "run", "sales", "--test", "--slot", "2099-01-05T08:00")
     assert (code, err.strip()) == (2, "error: the schedule has no slot '2099-01-05T08:00'")
+
+
+def test_publishing_to_a_channel_not_configured_here_says_so(
+    use_db: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NBCAST_SMTP_URL", raising=False)
+    monkeypatch.delenv("NBCAST_SLACK_TOKEN", raising=False)
+    subscriptions = [
+        {"channel": "link", "to": "cfo@example.com"},
+        {"channel": "slack", "to": "#sales"},
+    ]
+    path = make_notebook(tmp_path / "kpi.ipynb", nbcast={"subscriptions": subscriptions})
+    code, out, err = run(capsys, "publish", str(path), "--json")
+    assert code == 0
+    line = (
+        "subscriptions[1]: the slack channel is not configured here (set "
+        "NBCAST_SLACK_TOKEN): deliveries to #sales fail no_channel until it is"
+    )
+    assert err.strip() == f"warning: {line}"
+    assert json.loads(out)["warnings"] == [line]
+    monkeypatch.setenv("NBCAST_SLACK_TOKEN", "xoxb-test")
+    make_notebook(path, body="print(2)", nbcast={"subscriptions": subscriptions})
+    code, _, err = run(capsys, "publish", str(path))
+    assert (code, err) == (0, "")

@@ -157,6 +157,8 @@ export interface NotebookCheck {
     same: boolean;
   } | null;
   channels: string[];
+  /** The channels not configured where the server runs, each with what configures it. */
+  unconfigured?: Record<string, string>;
   formats: string[];
   /** The zones a schedule may name; `timezone`: the asked-for zone as one of them. */
   zones: string[];

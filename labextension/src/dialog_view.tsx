@@ -114,6 +114,7 @@ function Text(props: { label: string; name: keyof Advanced; body: FormHost; plac
 function SubscriptionRows(props: { body: FormHost }): JSX.Element {
   const { body } = props;
   const channels = body.check?.channels ?? ['email'];
+  const unconfigured = body.check?.unconfigured ?? {};
   const update = (i: number, change: Partial<SubscriptionRow>) =>
     body.change(f => (f.subscriptions[i] = { ...f.subscriptions[i], ...change }));
   return (
@@ -122,11 +123,16 @@ function SubscriptionRows(props: { body: FormHost }): JSX.Element {
         <div className="nbcast-Subscription" key={i} data-subscription={i}>
           <select aria-label="channel" value={row.channel} onChange={e => update(i, { channel: e.target.value })}>
             {[...new Set([...channels, row.channel])].map(c => (
-              <option key={c} value={c}>
-                {c}
+              <option key={c} value={c} data-unconfigured={c in unconfigured ? 'true' : undefined}>
+                {c in unconfigured ? `${c} (not configured)` : c}
               </option>
             ))}
           </select>
+          {row.channel in unconfigured ? (
+            <span className="nbcast-Hint nbcast-Warning" data-unconfigured-hint={i}>
+              not configured here (set {unconfigured[row.channel]}): deliveries fail until it is
+            </span>
+          ) : null}
           <input
             aria-label="recipients"
             className="nbcast-Recipients"

@@ -17,6 +17,13 @@ from nbcast.cli.output import emit_json, table, when
 __all__: list[str] = []
 
 
+def _channel_warnings(prepared: Any) -> list[str]:
+    """A line per subscription on a channel this environment does not configure."""
+    from nbcast.delivery.channels import unconfigured_subscriptions
+
+    return unconfigured_subscriptions([(s.channel, s.to) for s in prepared.spec.subscriptions])
+
+
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--name", help="Definition name (default: metadata 'name', else file stem).")
@@ -42,7 +49,8 @@ def publish(
         message=message,
         now=app.clock.now(),
     )
-    for warning in result.warnings:
+    warnings = [*result.warnings, *_channel_warnings(prepared)]
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
         emit_json(
@@ -51,7 +59,7 @@ def publish(
                 "version": result.version,
                 "sha256": result.sha256,
                 "created": result.created,
-                "warnings": list(result.warnings),
+                "warnings": warnings,
             }
         )
     elif result.created:

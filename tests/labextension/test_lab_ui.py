@@ -267,6 +267,16 @@ def test_saving_writes_the_block_into_the_notebook_and_publishes_it(
     driver: Any, lab: LiveServer
 ) -> None:
     row = driver.page.locator(f"{lab_ui.DIALOG} .nbcast-Subscription").first
+    # Channels the server's environment does not configure are marked (the server
+    # has NBCAST_SMTP_URL; no Slack token, no webhook secret).
+    marked = row.locator("select[aria-label='channel'] option[data-unconfigured]")
+    assert {"slack", "webhook"} <= {o.get_attribute("value") for o in marked.all()}
+    assert (
+        row.locator("select[aria-label='channel'] option[value='email']").get_attribute(
+            "data-unconfigured"
+        )
+        is None
+    )
     # Two recipients in one row: each becomes a subscription of its own.
     row.locator("input[aria-label='recipients']").fill(f"cfo@example.com, {BOUNCE}")
     # The presets come grouped by the periods reports ask for; the builder makes the rest.

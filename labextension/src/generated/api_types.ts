@@ -388,6 +388,8 @@ export interface NotebookCheck {
     same: boolean;
   } | null;
   channels: string[];
+  /** The channels not configured where this server runs, each with what configures it (deliveries on them fail no_channel) */
+  unconfigured?: Record<string, string>;
   formats: string[];
   zones: string[];
   timezone: string | null;

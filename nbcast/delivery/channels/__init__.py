@@ -10,7 +10,7 @@ compare recipients and build the channel from the environment
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from nbcast.delivery.channels.base import Attachment, Channel, Message, Receipt
@@ -28,6 +28,8 @@ __all__ = [
     "build_channels",
     "channel_class",
     "channels",
+    "unconfigured_channels",
+    "unconfigured_subscriptions",
 ]
 
 
@@ -65,3 +67,37 @@ def build_channels(
         if channel is not None:
             built[name] = channel
     return built
+
+
+def unconfigured_channels(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The registered channels that ``environ`` (default: this process's) does not
+    configure, each with what would (``NBCAST_SLACK_TOKEN``). Where nbcast's delivery
+    worker runs elsewhere, its environment decides: this is what this process sees.
+    Malformed settings count as configuring nothing."""
+    from nbcast.delivery.settings import load_delivery_settings
+
+    env = os.environ if environ is None else environ
+    try:
+        configured = set(build_channels(load_delivery_settings(env), env))
+    except NbcastError:
+        configured = set()
+    return {
+        name: channel_class(name).configured_by
+        for name in channels.names()
+        if name not in configured
+    }
+
+
+def unconfigured_subscriptions(
+    subscriptions: Sequence[tuple[str, str]], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """One line per subscription — ``(channel, recipient)``, in the block's order — on a
+    channel not configured here: publishing says so (its deliveries would fail
+    ``no_channel`` until it is)."""
+    missing = unconfigured_channels(environ)
+    return [
+        f"subscriptions[{index}]: the {channel} channel is not configured here "
+        f"(set {missing[channel]}): deliveries to {to} fail no_channel until it is"
+        for index, (channel, to) in enumerate(subscriptions)
+        if channel in missing
+    ]

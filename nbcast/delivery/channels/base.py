@@ -134,6 +134,9 @@ class Channel(RecipientRules, ABC):
     """Messages carry the HTML rendition as their body (module docstring)."""
     one_click_unsubscribe: ClassVar[bool] = False
     """Messages carry a signed one-click unsubscribe URL (module docstring)."""
+    configured_by: ClassVar[str] = "its plug-in's settings"
+    """What configures it, for people told that it is not configured (the variables
+    :meth:`from_environment` reads: ``NBCAST_SMTP_URL``)."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     """Attempts before the ledger gives up (FAILED)."""
     backoff_base: float = 30.0

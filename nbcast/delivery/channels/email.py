@@ -139,6 +139,8 @@ class _SessionError(Exception):
 class EmailChannel(Channel):
     """Sends reports through an SMTP relay (module docstring)."""
 
+    configured_by = "NBCAST_SMTP_URL"
+
     name: ClassVar[str] = "email"
     attaches_files: ClassVar[bool] = True
     html_body: ClassVar[bool] = True

@@ -28,6 +28,8 @@ __all__ = ["LinkChannel"]
 class LinkChannel(Channel):
     """Hands out the message's signed links (module docstring)."""
 
+    configured_by = "nothing"
+
     name: ClassVar[str] = "link"
     sends_links: ClassVar[bool] = True
     max_attempts = 1

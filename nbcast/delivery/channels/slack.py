@@ -136,6 +136,8 @@ class _BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
 class SlackChannel(Channel):
     """Posts reports to Slack conversations (module docstring)."""
 
+    configured_by = "NBCAST_SLACK_TOKEN"
+
     name: ClassVar[str] = "slack"
     verifiable: ClassVar[bool] = True  # check() reads the channel's history
     attaches_files: ClassVar[bool] = True

@@ -330,6 +330,8 @@ class WebhookChannel(Channel):
     (:class:`~nbcast.errors.ConfigError` otherwise).
     """
 
+    configured_by = "NBCAST_WEBHOOK_SECRET"
+
     name: ClassVar[str] = "webhook"
     sends_links: ClassVar[bool] = True
 

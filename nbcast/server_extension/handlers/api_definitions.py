@@ -409,9 +409,14 @@ class DefinitionsHandler(ApiHandler):
         with self.state.db.session() as session:
             record = get_definition(session, caller, result.definition, now=now)
             info = get_version(session, caller, result.definition, result.version)
+        from nbcast.delivery.channels import unconfigured_subscriptions
+
+        unconfigured = unconfigured_subscriptions(
+            [(s.channel, s.to) for s in prepared.spec.subscriptions], self.state.environ
+        )
         return {
             "created": result.created,
-            "warnings": list(result.warnings),
+            "warnings": [*result.warnings, *unconfigured],
             "definition": shown_record(record, self.contents_root).to_json(),
             "version": info.to_json(),
         }

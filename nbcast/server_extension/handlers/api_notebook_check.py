@@ -20,7 +20,8 @@ The answer has everything the form shows beside its fields:
   names), whether it is paused, and whether this notebook equals its latest version
   (so the dialog can say "version 3, unchanged");
 - ``channels`` and ``formats``: the names the registries know (built-ins and plug-ins),
-  the choices of the subscription and output inputs;
+  the choices of the subscription and output inputs; ``unconfigured``: the channels this
+  server's environment does not configure, with what would (the dialog marks them);
 - ``zones``: the time zones a schedule may name (canonical IANA location zones,
   ``UTC``, ``Etc/``), and ``timezone``: the request's ``timezone`` (the browser's) as
   one of them — itself, or the canonical zone with the same offsets for an alias such
@@ -185,6 +186,12 @@ CHECK = schema(
                 },
             },
             "channels": {"type": "array", "items": STRING},
+            "unconfigured": {
+                "type": "object",
+                "additionalProperties": STRING,
+                "description": "The channels not configured where this server runs, each "
+                "with what configures it (deliveries on them fail no_channel)",
+            },
             "formats": {"type": "array", "items": STRING},
             "zones": {"type": "array", "items": STRING},
             "timezone": NULLABLE_STRING,
@@ -344,6 +351,7 @@ class NotebookCheckHandler(ApiHandler):
             None if name is None else await self.call(self._published, caller, name, sha256, bound)
         )
         work["channels"], work["formats"] = _registered()
+        work["unconfigured"] = await self.call(_unconfigured, self.state.environ)
         work["zones"] = sorted(canonical_zones())
         self.write_json(work)
 
@@ -407,6 +415,13 @@ def _content_length(text: str | None) -> int | None:
     if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
         return None
     return int(text)
+
+
+def _unconfigured(environ: dict[str, str]) -> dict[str, str]:
+    """The channels this server's environment does not configure, each with what would."""
+    from nbcast.delivery.channels import unconfigured_channels
+
+    return unconfigured_channels(environ)
 
 
 def _registered() -> tuple[list[str], list[str]]:
