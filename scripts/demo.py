@@ -516,6 +516,9 @@ def main() -> int:
     nbcast("links", "list", env=delivery_env)
     deliveries = json.loads(nbcast("deliveries", "list", "--json", env=delivery_env, echo=False))
     rendered = copy_renditions(home, out / "rendered")
+    from scripts.demo_trial import check_spreadsheet
+
+    check_spreadsheet(rendered)
 
     unexpected = [
         d

@@ -31,7 +31,7 @@ from email.policy import default as default_policy
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AUTHOR", "DRY_SLOT", "check_trials", "queue_trials"]
+__all__ = ["AUTHOR", "DRY_SLOT", "check_spreadsheet", "check_trials", "queue_trials"]
 
 AUTHOR = "author@nbcast-demo.example"
 DRY_SLOT = "2026-11-02T07:00"
@@ -135,3 +135,29 @@ def check_trials(
             f"{top['rows_after']} products"
         )
     print(f"(the top list has {top['rows_after']} products, as the v2 diff says top_n runs with 5)")
+
+
+def check_spreadsheet(rendered: list[Path]) -> None:
+    """The daily-sales workbook opens on its About sheet, with money as USD and shares
+    as percents (the example's ``output.table(…, formats=…)``)."""
+    import openpyxl
+
+    book_path = next(
+        (p for p in rendered if p.name.startswith("daily-sales_") and p.suffix == ".xlsx"), None
+    )
+    if book_path is None:
+        raise SystemExit("demo failed: no daily-sales spreadsheet was rendered")
+    book = openpyxl.load_workbook(book_path)
+    sheet = book["revenue_by_region"]
+    header = [c.value for c in sheet[1]]
+    formats = {h: c.number_format for h, c in zip(header, sheet[2], strict=True)}
+    about = {row[0]: row[1] for row in book["About"].iter_rows(values_only=True)}
+    print(f"{book_path.name}: sheets {book.sheetnames}; period {about.get('Period')}")
+    print(f"  revenue_by_region formats: {formats}")
+    if (
+        book.sheetnames[0] != "About"
+        or "USD" not in formats.get("Revenue", "")
+        or "%" not in formats.get("Share pct", "")
+        or not about.get("Period")
+    ):
+        raise SystemExit("demo failed: the daily-sales workbook lacks its About sheet or formats")

@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -97,11 +97,24 @@ def report_infos(
             slot_key=slot_key,
             fire_at=fire_at,
             test=test,
+            interval_start=_instant_of(r.context, "interval_start"),
+            interval_end=_instant_of(r.context, "interval_end"),
             finished_at=r.finished_at or r.fire_at,
             timezone=spec.schedule.timezone if spec.schedule else "UTC",
             description=spec.description,
         )
     return infos
+
+
+def _instant_of(context: Any, key: str) -> datetime | None:
+    """An instant of a run's stored context, or None (no context, or not readable)."""
+    if not isinstance(context, dict) or not isinstance(context.get(key), str):
+        return None
+    try:
+        value = datetime.fromisoformat(context[key])
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
 
 
 @dataclass(frozen=True)

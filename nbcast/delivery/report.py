@@ -34,6 +34,10 @@ class ReportInfo:
     """Set when the report is delivered past its ``staleness.after``: renderers show a
     banner saying how late it is."""
     description: str = ""
+    interval_start: datetime | None = None
+    """The start of the period the report covers (its run's data interval), in the
+    schedule's zone; None for a run without one."""
+    interval_end: datetime | None = None
     test: bool = False
     """A test run (:mod:`nbcast.scheduler.trial`): its message says ``TEST`` in the
     subject and a banner; its rendered files are the report's own, so a dry run of a

@@ -53,8 +53,17 @@ from nbcast.output.tables import (
 __all__ = ["TABLE_MIME_TYPE", "TABLE_NAME_PATTERN", "check_table_name", "table"]
 
 
-def table(df: Any, name: str) -> None:
-    """Display ``df`` and record it as the report table ``name`` (module docstring).
+def table(
+    df: Any,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    formats: dict[str, str] | None = None,
+) -> None:
+    """Display ``df`` and record it as the report table ``name`` (module docstring);
+    ``labels`` and ``formats`` say how a spreadsheet shows its columns
+    (:mod:`nbcast.output.presentation`: ``{"revenue": "currency:USD", "share":
+    "percent_points"}``).
 
     ``df`` is a pandas DataFrame (a Series is shown as a one-column table). Raises
     ValueError for a bad name or duplicate column names, TypeError for anything
@@ -68,7 +77,7 @@ def table(df: Any, name: str) -> None:
         df = df.to_frame()
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"output.table() wants a pandas DataFrame, not {type(df).__name__}")
-    payload = encode_table(df, name)
+    payload = encode_table(df, name, labels=labels, formats=formats)
     html = df._repr_html_() or df.to_html()
     display(  # type: ignore[no-untyped-call]
         {"text/plain": repr(df), "text/html": html, TABLE_MIME_TYPE: payload},

@@ -106,19 +106,34 @@ def check_table_name(name: object) -> str:
 # -- encoding (in the kernel) -----------------------------------------------------
 
 
-def encode_table(df: pd.DataFrame, name: str) -> dict[str, Any]:
-    """The JSON payload that records ``df`` as the table ``name`` (module docstring).
+def encode_table(
+    df: pd.DataFrame,
+    name: str,
+    *,
+    labels: Mapping[str, Any] | None = None,
+    formats: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON payload that records ``df`` as the table ``name`` (module docstring),
+    each field with the ``label`` and ``format`` given for its column
+    (:mod:`nbcast.output.presentation`).
 
-    Raises ValueError for a bad name or duplicate column names.
+    Raises ValueError for a bad name, duplicate column names, or labels and formats
+    that do not fit.
     """
+    from nbcast.output.presentation import column_presentation
+
     check_table_name(name)
     frame = _flatten(df)
+    shown = column_presentation([str(c) for c in frame.columns], labels, formats)
     fields: list[dict[str, Any]] = []
     columns: list[list[Any]] = []
     for position, column in enumerate(frame.columns):
         series = frame.iloc[:, position]
         kind, values, extra = _encode_column(series)
-        fields.append({"name": column, "type": kind, **extra, "dtype": str(series.dtype)})
+        fields.append(
+            {"name": column, "type": kind, **extra, "dtype": str(series.dtype)}
+            | shown.get(str(column), {})
+        )
         columns.append(values)
     names = [field["name"] for field in fields]
     data = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]

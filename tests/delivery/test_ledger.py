@@ -141,9 +141,9 @@ def test_emailed_pdf_and_xlsx_attachments_open(plane: Plane) -> None:
     assert len(pdf.pages) >= 1
     assert "r3" in "".join(page.extract_text() for page in pdf.pages)
     book = openpyxl.load_workbook(io.BytesIO(files[xlsx_name]))
-    assert book.sheetnames == ["sales"]
+    assert book.sheetnames == ["About", "sales"]
     rows = list(book["sales"].iter_rows(values_only=True))
-    assert rows[0] == ("region", "sales")
+    assert rows[0] == ("Region", "Sales")
     assert rows[1:] == [("r0", 0), ("r1", 1), ("r2", 2), ("r3", 3)]
 
 

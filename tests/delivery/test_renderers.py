@@ -274,10 +274,10 @@ def workbook(executed: Any) -> Any:
 
 
 def test_xlsx_has_one_sheet_per_table_with_a_bold_frozen_filtered_header(workbook: Any) -> None:
-    assert workbook.sheetnames == ["mixed types", "long", "empty"]
+    assert workbook.sheetnames == ["About", "mixed types", "long", "empty"]
     sheet = workbook["mixed types"]
     header = [cell.value for cell in sheet[1]]
-    assert header == ["region", "orders", "revenue", "active", "first_order", "day", "returns"]
+    assert header == ["Region", "Orders", "Revenue", "Active", "First order", "Day", "Returns"]
     assert all(cell.font.b for cell in sheet[1])
     assert sheet.freeze_panes == "A2"
     assert sheet.auto_filter.ref == "A1:G4"
@@ -298,8 +298,10 @@ def test_xlsx_cells_are_typed(workbook: Any) -> None:
     assert region.data_type == "s"
     assert orders.value == 120
     assert isinstance(orders.value, int)
+    assert orders.number_format == "#,##0"
     assert revenue.value == 1234.5
     assert isinstance(revenue.value, float)
+    assert revenue.number_format == "#,##0.00"
     assert active.value is True
     assert first_order.value == dt.datetime(2026, 6, 15, 7, 30)
     assert first_order.number_format == "yyyy-mm-dd hh:mm:ss"
@@ -400,3 +402,80 @@ def test_csv_and_xlsx_agree_with_read_tables(executed: Any) -> None:
     sheet = openpyxl.load_workbook(io.BytesIO(XlsxRenderer().render(executed, make_report())))
     for name, frame in tables.items():
         assert sheet[name].max_column == max(len(frame.columns), 1)
+
+
+def test_xlsx_shows_labels_and_formats_and_an_about_sheet() -> None:
+    """A finance reader's sheet: the columns' labels and formats as output.table() gave
+    them, dates as dates, and an About sheet naming the report, slot and period."""
+    import datetime as dt
+
+    from nbcast.delivery.tables import encode_table
+    from nbcast.output import TABLE_MIME_TYPE
+
+    frame = pd.DataFrame(
+        {
+            "region": ["EMEA", "AMER"],
+            "revenue": [13096.15999999998, 800.0],
+            "share_pct": [4.78, 95.22],
+            "share": [0.0478, 0.9522],
+            "day": pd.to_datetime(["2026-11-23", "2026-11-24"]),
+            "orders": [1200, 35],
+        }
+    )
+    payload = encode_table(
+        frame,
+        "sales",
+        labels={"share_pct": "Share of revenue"},
+        formats={"revenue": "currency:USD", "share_pct": "percent_points", "share": "percent"},
+    )
+    output = nbformat.v4.new_output(
+        "display_data", data={TABLE_MIME_TYPE: payload}, metadata={"nbcast": {"table": "sales"}}
+    )
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[output])])
+    report = make_report(
+        interval_start=dt.datetime(2026, 6, 12, 7, tzinfo=dt.UTC),
+        interval_end=dt.datetime(2026, 6, 15, 5, tzinfo=dt.UTC),
+    )
+    book = openpyxl.load_workbook(io.BytesIO(XlsxRenderer().render(notebook, report)))
+    assert book.sheetnames == ["About", "sales"]
+    about = {row[0]: row[1] for row in book["About"].iter_rows(values_only=True)}
+    assert about["Report"] == "daily-sales — 2026-06-15T07:00"
+    assert about["Slot"] == "2026-06-15T07:00 (Europe/Berlin)"
+    assert about["Period"] == "Fri 2026-06-12 09:00 CEST to Mon 2026-06-15 07:00 CEST"
+    assert about["Sheets"] == "sales"
+    sheet = book["sales"]
+    assert [c.value for c in sheet[1]] == [
+        "Region",
+        "Revenue",
+        "Share of revenue",
+        "Share",
+        "Day",
+        "Orders",
+    ]
+    region, revenue, share_pct, share, day, orders = sheet[2]
+    assert (revenue.value, revenue.number_format) == (13096.15999999998, '"USD" #,##0.00')
+    assert (share_pct.value, share_pct.number_format) == (4.78, '0.0"%"')
+    assert share.number_format == "0.0%"
+    assert day.is_date
+    assert day.number_format == "yyyy-mm-dd"  # all at midnight: dates, not 00:00:00
+    assert orders.number_format == "#,##0"
+    assert region.number_format == "General"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"formats": {"nope": "currency"}}, "not a column"),
+        ({"formats": {"x": "money"}}, "is not one of"),
+        ({"formats": {"x": "currency:usd"}}, "is not one of"),
+        ({"labels": {"x": ""}}, "1 to 100 characters"),
+        ({"labels": ["x"]}, "must be a dict"),
+    ],
+)
+def test_bad_labels_and_formats_are_refused_in_the_notebook(
+    options: dict[str, Any], message: str
+) -> None:
+    from nbcast.delivery.tables import encode_table
+
+    with pytest.raises(ValueError, match=message):
+        encode_table(pd.DataFrame({"x": [1]}), "t", **options)
