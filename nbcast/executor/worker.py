@@ -195,6 +195,11 @@ class Worker(Service):
             "rejected": s.rejected,
             "running": len(self._in_flight),
             "sandbox": "on" if self.sandbox is not None else "off",
+            **(
+                {"ray_dashboard": url}
+                if isinstance(url := getattr(self.engine, "dashboard_url", None), str)
+                else {}
+            ),
         }
 
     def run(self, *, exit_when_idle: bool = False) -> WorkerStats:

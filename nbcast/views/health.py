@@ -112,6 +112,15 @@ class Health:
         """How many services of ``kind`` are alive (any kind, required or not)."""
         return _alive(self.services, kind)
 
+    def ray_dashboard(self) -> str | None:
+        """The Ray dashboard a live worker reported (its heartbeat's ``ray_dashboard``,
+        the freshest beat first), or None."""
+        for service in sorted(self.services, key=lambda s: s.lag_s):
+            url = service.detail.get("ray_dashboard") if service.alive else None
+            if service.kind == "worker" and isinstance(url, str) and url:
+                return url
+        return None
+
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
         return {

@@ -195,6 +195,16 @@ def resource_name(tenant: str) -> str:
     return f"nbcast_tenant_{tenant}"
 
 
+def dashboard_url(context: Any) -> str | None:
+    """The dashboard URL of a ``ray.init()`` context (``host:port``, made ``http://…``),
+    or None when Ray runs without one or says nothing."""
+    found = getattr(context, "dashboard_url", None)
+    if not isinstance(found, str) or not found.strip():
+        return None
+    found = found.strip()
+    return found if found.startswith(("http://", "https://")) else f"http://{found}"
+
+
 class RayEngine(Engine):
     """Runs each attempt as a Ray task (see the module docstring)."""
 
@@ -214,6 +224,7 @@ class RayEngine(Engine):
         from ray.util import metrics
 
         self.capacity = capacity
+        context: Any = None
         if not ray.is_initialized():
             options: dict[str, Any] = {
                 "namespace": "nbcast",
@@ -231,7 +242,11 @@ class RayEngine(Engine):
                     options["_temp_dir"] = temp_dir
                 if include_dashboard is not None:
                     options["include_dashboard"] = include_dashboard
-            ray.init(**options)
+            context = ray.init(**options)
+        self.dashboard_url = dashboard_url(context)
+        """Where Ray's dashboard answers (``http://127.0.0.1:8265``), as Ray reports it
+        for the cluster this engine started or joined; None without a dashboard. The
+        worker records it in its heartbeat and the overview links it."""
         self._ray = ray
         self._task = ray.remote(max_retries=0)(_run_in_ray)
         self._refs: dict[Any, tuple[int, int, str]] = {}

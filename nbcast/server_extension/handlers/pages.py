@@ -77,26 +77,32 @@ class OverviewPage(PageHandler):
     async def get(self) -> None:
         """The overview page."""
         from nbcast.oversight.sla_queries import miss_counts
+        from nbcast.tenancy.roles import is_operator
         from nbcast.views.overview import WINDOW, overview, tenant_known
 
         caller = self.caller
 
-        def read() -> tuple[Any, dict[str, int]]:
+        def read() -> tuple[Any, dict[str, int], bool]:
             now = self.state.clock.now()
             with self.state.db.session() as session:
                 data = overview(session, caller, now)  # checks the caller's role
                 known = tenant_known(session, caller)
                 misses = miss_counts(session, caller, now - WINDOW, now) if known else {}
-                return data, misses
+                return data, misses, is_operator(session, caller.user)
 
-        data, sla_misses = await self.call(read)
+        data, sla_misses, operator = await self.call(read)
+        # The dashboard configured, else the one a live Ray worker reported — linked for
+        # the installation's operators only: it is the cluster's control plane.
+        dashboard = web_url(self.state.options.ray_dashboard_url) or (
+            web_url(data.health.ray_dashboard()) if operator else None
+        )
         self.render_page(
             "overview.html",
             title="Overview",
             refresh=REFRESH_ACTIVE_S if data.active else REFRESH_OVERVIEW_S,
             o=data,
             sla_misses_24h=sla_misses,
-            ray_dashboard_url=web_url(self.state.options.ray_dashboard_url),
+            ray_dashboard_url=dashboard,
             embedded=self._embedded(),
         )
 
