@@ -35,20 +35,8 @@ from typing import Any
 
 import pandas as pd
 
-from nbcast.output.tables import TABLE_MIME_TYPE, encode_table
+from nbcast.output import table_output
 from nbcast.views.output_diff import compare_outputs
-
-
-def _table_output(frame: pd.DataFrame, name: str) -> dict[str, Any]:
-    return {
-        "output_type": "display_data",
-        "data": {
-            TABLE_MIME_TYPE: encode_table(frame, name),
-            "text/html": frame.to_html(),
-            "text/plain": frame.to_string(),
-        },
-        "metadata": {"nbcast": {"table": name}},
-    }
 
 
 def _cell(index: int, outputs: list[dict[str, Any]], day: int) -> dict[str, Any]:
@@ -113,7 +101,7 @@ def _report(
                 for c in range(columns - 1)
             }
         )
-        out.append(_cell(10 + n, [_table_output(frame, name)], day))
+        out.append(_cell(10 + n, [table_output(frame, name)], day))
     for n in range(cells):
         frame = pd.DataFrame({"k": ["a", "b"], "v": [rng.randint(0, 9), rng.randint(0, 9)]})
         stream = {
@@ -121,7 +109,7 @@ def _report(
             "name": "stdout",
             "text": f"step {n}: {rng.random():.4f}\n",
         }
-        out.append(_cell(100 + n, [stream, _table_output(frame, f"t{n}")], day))
+        out.append(_cell(100 + n, [stream, table_output(frame, f"t{n}")], day))
     for n in range(charts):
         image = {
             "output_type": "display_data",

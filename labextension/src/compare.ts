@@ -8,11 +8,17 @@ import { IFrame } from '@jupyterlab/ui-components';
 
 import { comparePage } from './api';
 
-/** A main-area tab comparing run `a`'s report (before) with run `b`'s (after). */
-export function comparisonWidget(definition: string, a: number, b: number): MainAreaWidget<IFrame> {
+/** The comparison page of run `a`'s report (before) and run `b`'s, framed without scripts. */
+export function comparisonFrame(a: number, b: number): IFrame {
   const frame = new IFrame({ sandbox: [] });
   frame.url = comparePage(a, b);
   frame.addClass('nbcast-CompareFrame');
+  return frame;
+}
+
+/** A main-area tab comparing run `a`'s report (before) with run `b`'s (after). */
+export function comparisonWidget(definition: string, a: number, b: number): MainAreaWidget<IFrame> {
+  const frame = comparisonFrame(a, b);
   const widget = new MainAreaWidget({ content: frame });
   widget.id = `nbcast-compare-${a}-${b}`;
   widget.title.label = `${definition}: run ${a} → run ${b}`;

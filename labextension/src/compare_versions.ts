@@ -7,10 +7,10 @@
  * version's before, the newer's after — is shown below, as the status page shows it.
  * Everything goes through the API; the dry run is an ordinary test run, listed as one.
  */
-import { IFrame } from '@jupyterlab/ui-components';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { api, comparePage, type Run } from './api';
+import { api, type Run } from './api';
+import { comparisonFrame } from './compare';
 
 const FINISHED = new Set(['SUCCEEDED', 'FAILED', 'TIMED_OUT', 'CANCELLED', 'SKIPPED', 'MISSED']);
 const POLL_MS = 2000;
@@ -96,9 +96,7 @@ async function compare(
       await new Promise(resolve => setTimeout(resolve, POLL_MS));
     }
     const [before, after] = base.version === a ? [base.id, dry] : [dry, base.id];
-    const frame = new IFrame({ sandbox: [] });
-    frame.url = comparePage(before, after);
-    frame.addClass('nbcast-CompareFrame');
+    const frame = comparisonFrame(before, after);
     frame.addClass('nbcast-VersionCompare');
     content.insertWidget(content.widgets.indexOf(bar) + 1, frame);
     say(`v${a} (run ${before}) → v${b} (run ${after}) on ${base.slot_key}`, 'done');

@@ -20,7 +20,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { ApiError, api, type NotebookCheck } from './api';
-import { ScheduleFormView, type FormHost } from './dialog_view';
+import { ScheduleFormView, type FormHost, type PreviewState } from './dialog_view';
 import { resolvedValues } from './form/bindings';
 import {
   blockToForm,
@@ -31,7 +31,7 @@ import {
   type Block,
   type FormModel
 } from './form/model';
-import { browserZone, previewLines, previewQuery, previewRanges, type FireLine } from './form/preview';
+import { browserZone, previewLines, previewQuery, previewRanges } from './form/preview';
 
 /** Reading and writing the notebook the dialog is about. */
 export interface NotebookAccess {
@@ -90,14 +90,7 @@ export class ScheduleBody extends ReactWidget implements FormHost {
   original: Block | null;
   check: NotebookCheck | null = null;
   errors: Record<string, string> = {};
-  preview: {
-    next: FireLine[];
-    ahead: FireLine[];
-    error: string | null;
-    loading: boolean;
-    of: string;
-    resolved: Record<string, string[]>;
-  } = {
+  preview: PreviewState = {
     next: [],
     ahead: [],
     error: null,

@@ -20,19 +20,23 @@ import {
 import { describeSchedule, type FireLine } from './form/preview';
 
 /** What the form view reads and changes: the dialog's model. */
+/** The schedule preview the dialog shows: fire lines, DST notes ahead, and what each
+ * bound parameter resolves to in the next slots (`of`: the schedule it is of). */
+export interface PreviewState {
+  next: FireLine[];
+  ahead: FireLine[];
+  error: string | null;
+  loading: boolean;
+  of: string;
+  resolved: Record<string, string[]>;
+}
+
 export interface FormHost {
   readonly access: { readonly path: string };
   readonly form: FormModel;
   readonly check: NotebookCheck | null;
   readonly errors: Record<string, string>;
-  readonly preview: {
-    next: FireLine[];
-    ahead: FireLine[];
-    error: string | null;
-    loading: boolean;
-    of: string;
-    resolved: Record<string, string[]>;
-  };
+  readonly preview: PreviewState;
   readonly busy: boolean;
   readonly schema: ParameterSpec[];
   openAdvanced: boolean;

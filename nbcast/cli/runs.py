@@ -341,11 +341,12 @@ def _nominal(context: dict[str, Any] | None) -> str:
     return f"{nominal} ({abbreviation}, {zone})"
 
 
-def _dry_run_slot(context: dict[str, Any] | None) -> str:
-    """A dry run's slot (a test run's context names the slot it runs)."""
-    if context and context.get("test") and context.get("slot_key"):
-        return f"{context['slot_key']} (a dry run of it)"
-    return ""
+def _dry_run_slot(kind: str, context: dict[str, Any] | None) -> str:
+    """A dry run's slot, said so."""
+    from nbcast.scheduler.runs import dry_run_slot
+
+    slot = dry_run_slot(kind, context)
+    return f"{slot} (a dry run of it)" if slot else ""
 
 
 def _test_to(addresses: list[str] | None) -> str:
@@ -362,7 +363,7 @@ def _show(run: RunDetail) -> None:
     facts: list[tuple[str, Any]] = [
         ("tenant", run.tenant),
         ("kind", run.kind + (f" of run {run.rerun_of}" if run.rerun_of else "")),
-        ("slot", run.slot_key or _dry_run_slot(run.context) or "-"),
+        ("slot", run.slot_key or _dry_run_slot(run.kind, run.context) or "-"),
         ("sent to", _test_to(run.test_to)),
         ("nominal", _nominal(run.context)),
         ("fire at", when(run.fire_at)),

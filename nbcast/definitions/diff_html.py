@@ -33,7 +33,7 @@ from nbdime.patching import patch_singleline_string
 
 from nbcast.definitions.diff import Diff, diff_notebooks_bounded
 from nbcast.definitions.queries import VersionInfo
-from nbcast.definitions.review import ReviewSummary
+from nbcast.definitions.review import SECTIONS, ReviewSummary
 
 __all__ = ["CONTEXT_LINES", "MAX_HTML_CHARS", "STYLE", "diff_fragment", "diff_html"]
 
@@ -186,7 +186,7 @@ def _summary(summary: ReviewSummary, out: _Out) -> None:
     out.element("h2", "summary-title", "What changes for recipients")
     if not summary.items:
         out.element("p", "same", "Nothing that recipients receive changes.")
-    for section in summary.sections:
+    for section in SECTIONS:
         mine = [i for i in summary.items if i.section == section]
         if not mine:
             continue

@@ -40,6 +40,7 @@ __all__ = [
     "definition_row",
     "get_version",
     "list_versions",
+    "version_row",
 ]
 
 
@@ -93,6 +94,22 @@ class VersionInfo:
         if with_notebook:
             data["notebook"] = self.notebook
         return data
+
+
+def version_row(
+    session: Session, definition: ReportDefinition, number: int | None = None
+) -> DefinitionVersion | None:
+    """Version ``number`` of ``definition`` (default: its latest), or None — also for a
+    number no version can have."""
+    wanted = definition.latest_version if number is None else number
+    if wanted is None or not 1 <= wanted <= 2**31 - 1:
+        return None
+    return session.scalar(
+        sa.select(DefinitionVersion).where(
+            DefinitionVersion.definition_id == definition.id,
+            DefinitionVersion.version == wanted,
+        )
+    )
 
 
 def definition_row(session: Session, caller: Caller, name: str) -> ReportDefinition:

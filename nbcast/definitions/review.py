@@ -37,7 +37,7 @@ from nbcast.definitions.effective import EffectiveParameter
 from nbcast.definitions.queries import VersionInfo
 from nbcast.records import internal
 
-__all__ = ["MAX_ITEMS", "VALUE_CHARS", "ReviewItem", "ReviewSummary", "review_summary"]
+__all__ = ["MAX_ITEMS", "SECTIONS", "VALUE_CHARS", "ReviewItem", "ReviewSummary", "review_summary"]
 
 VALUE_CHARS = 80
 """A value longer than this (as compact JSON) is shown cut, with ``…``."""
@@ -77,6 +77,7 @@ class ReviewItem:
 
 
 SECTIONS = ("parameters", "schedule", "recipients", "outputs", "settings", "code")
+"""The sections of a summary, in the order every face shows them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +96,6 @@ class ReviewSummary:
     """The next fire times under version b's schedule (only when the schedule changes)."""
     more: int = 0
     """Lines left out past the first 200."""
-    sections: tuple[str, ...] = internal(default=SECTIONS)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,7 +110,7 @@ class ReviewSummary:
         if not self.items:
             return [f"## {self.definition} v{self.a} → v{self.b}: nothing changes"]
         out = [f"## What changes for recipients ({self.definition} v{self.a} → v{self.b})"]
-        for section in self.sections:
+        for section in SECTIONS:
             mine = [i for i in self.items if i.section == section]
             if not mine:
                 continue

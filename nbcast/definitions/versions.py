@@ -52,6 +52,7 @@ from nbcast.definitions.parameters import (
     schema_to_json,
     with_allowed,
 )
+from nbcast.definitions.queries import version_row
 from nbcast.definitions.spec import ReportSpec, check_name, parse_spec
 from nbcast.errors import (
     DuplicateDefinitionError,
@@ -323,9 +324,4 @@ def _audit_publish(
 
 
 def _latest(session: Session, definition: ReportDefinition) -> DefinitionVersion | None:
-    return session.scalar(
-        sa.select(DefinitionVersion).where(
-            DefinitionVersion.definition_id == definition.id,
-            DefinitionVersion.version == definition.latest_version,
-        )
-    )
+    return version_row(session, definition)

@@ -43,9 +43,11 @@ from nbcast.delivery.intake import spec_of
 from nbcast.delivery.models import RENDITION_LEASE, Rendition, RenditionState
 from nbcast.delivery.renderers import Renderer, renderers
 from nbcast.delivery.report import ReportInfo
+from nbcast.errors import ConfigError
 from nbcast.leasing import extended, free, held, released, skip_locked, taken
 from nbcast.retry import backoff
 from nbcast.scheduler.models import Run, RunKind
+from nbcast.scheduler.runs import dry_run_slot
 from nbcast.tenancy.models import Tenant
 
 __all__ = ["RENDER_MAX_ATTEMPTS", "RenderQueue", "render_isolated", "report_infos"]
@@ -84,11 +86,9 @@ def report_infos(
     for r in rows:
         spec = spec_of(session, r.version_id, cache)
         slot_key, fire_at = r.slot_key, r.fire_at
-        test = r.kind == RunKind.test.value
-        if test and isinstance(r.context, dict) and r.context.get("slot_key"):
-            # A dry run of a slot renders as that slot: the same bytes.
-            slot_key = str(r.context["slot_key"])
-            fire_at = parse_instant(str(r.context["fire_at"]))
+        dry = dry_run_slot(r.kind, r.context)
+        if dry is not None:  # a dry run of a slot renders as that slot: the same bytes
+            slot_key, fire_at = dry, parse_instant(str(r.context["fire_at"]))
         infos[r.id] = ReportInfo(
             tenant=r.tenant,
             definition=r.definition,
@@ -96,7 +96,7 @@ def report_infos(
             run_id=r.id,
             slot_key=slot_key,
             fire_at=fire_at,
-            test=test,
+            test=r.kind == RunKind.test.value,
             interval_start=_instant_of(r.context, "interval_start"),
             interval_end=_instant_of(r.context, "interval_end"),
             finished_at=r.finished_at or r.fire_at,
@@ -111,10 +111,9 @@ def _instant_of(context: Any, key: str) -> datetime | None:
     if not isinstance(context, dict) or not isinstance(context.get(key), str):
         return None
     try:
-        value = datetime.fromisoformat(context[key])
-    except ValueError:
+        return parse_instant(context[key])
+    except ConfigError:
         return None
-    return value if value.tzinfo is not None else None
 
 
 @dataclass(frozen=True)

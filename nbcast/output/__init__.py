@@ -50,7 +50,7 @@ from nbcast.output.tables import (
     encode_table,
 )
 
-__all__ = ["TABLE_MIME_TYPE", "TABLE_NAME_PATTERN", "check_table_name", "table"]
+__all__ = ["TABLE_MIME_TYPE", "TABLE_NAME_PATTERN", "check_table_name", "table", "table_output"]
 
 
 def table(
@@ -69,9 +69,24 @@ def table(
     ValueError for a bad name or duplicate column names, TypeError for anything
     that is not a DataFrame or a Series.
     """
+    from IPython.display import display
+
+    output = table_output(df, name, labels=labels, formats=formats)
+    display(output["data"], raw=True, metadata=output["metadata"])  # type: ignore[no-untyped-call]
+
+
+def table_output(
+    df: Any,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    formats: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``display_data`` output :func:`table` displays (module docstring), as an
+    executed notebook holds it — for tests and tools that build executed reports
+    without a kernel. Raises as :func:`table` does."""
     check_table_name(name)
     import pandas as pd
-    from IPython.display import display
 
     if isinstance(df, pd.Series):
         df = df.to_frame()
@@ -79,8 +94,8 @@ def table(
         raise TypeError(f"output.table() wants a pandas DataFrame, not {type(df).__name__}")
     payload = encode_table(df, name, labels=labels, formats=formats)
     html = df._repr_html_() or df.to_html()
-    display(  # type: ignore[no-untyped-call]
-        {"text/plain": repr(df), "text/html": html, TABLE_MIME_TYPE: payload},
-        raw=True,
-        metadata={"nbcast": {"table": name}},
-    )
+    return {
+        "output_type": "display_data",
+        "data": {"text/plain": repr(df), "text/html": html, TABLE_MIME_TYPE: payload},
+        "metadata": {"nbcast": {"table": name}},
+    }

@@ -37,21 +37,21 @@ from sqlalchemy.orm import Session
 from nbcast.access import Caller
 from nbcast.clock import Clock
 from nbcast.db import Database, insert_many_ignore
-from nbcast.definitions.models import DefinitionVersion, ReportDefinition
+from nbcast.definitions.models import ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
-from nbcast.definitions.queries import definition_row
+from nbcast.definitions.queries import definition_row, version_row
 from nbcast.definitions.transitions import range_bound
 from nbcast.errors import ConflictError, ScheduleError, UnknownDefinitionError
 from nbcast.limits import MAX_BACKFILL_SLOTS
 from nbcast.scheduler.materializer import Materializer
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState, ScheduleState
-from nbcast.scheduler.period import manual_period, resolve_run
 from nbcast.scheduler.policies import ActiveRuns, Decision, SlotReason, decide
 from nbcast.scheduler.runs import own_run
 from nbcast.scheduler.slots import (
     EPSILON,
     active_runs,
     due_slots,
+    manual_rows,
     next_fire,
     slot_rows,
     usable,
@@ -285,12 +285,7 @@ def run_now_all(
         raise ScheduleError("--at must carry an offset")
     with db.session() as session:
         definition = _definition(session, caller, name, "running a report", now)
-        version = session.scalar(
-            sa.select(DefinitionVersion).where(
-                DefinitionVersion.definition_id == definition.id,
-                DefinitionVersion.version == definition.latest_version,
-            )
-        )
+        version = version_row(session, definition)
         if version is None:
             raise UnknownDefinitionError(f"{name!r} has no published version")
         plan = usable(
@@ -300,36 +295,8 @@ def run_now_all(
         )
         schema = schema_from_json(version.parameter_schema)
         given = validate_parameters(schema, parameters, bindings=True)
-        period = manual_period(plan.intervals, plan.zone, at or now)
-        runs = []
-        for audience in plan.audiences:
-            context, resolved = resolve_run(
-                {**plan.spec.parameters, **given, **audience.parameters},
-                period,
-                kind=RunKind.manual.value,
-                slot_key=None,
-                fire_at=now,
-            )
-            run = Run(
-                tenant_id=definition.tenant_id,
-                definition_id=definition.id,
-                version_id=version.id,
-                version=version.version,
-                kind=RunKind.manual.value,
-                slot_key=None,
-                audience=audience.key,
-                row_filter=audience.row_filter or None,
-                fire_at=now,
-                state=RunState.QUEUED.value,
-                reason=None,
-                parameters=resolved,
-                context=context,
-                serial=False,
-                not_before=now,
-                created_at=now,
-            )
-            session.add(run)
-            runs.append(run)
+        runs = [Run(**row) for row in manual_rows(definition.id, plan, given, at or now, now)]
+        session.add_all(runs)
         session.flush()
         for run in runs:
             details: dict[str, Any] = {"audience": run.audience} if run.audience else {}

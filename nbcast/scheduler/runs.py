@@ -4,14 +4,16 @@ read the same ("not found")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.errors import UnknownRunError
-from nbcast.scheduler.models import Run
+from nbcast.scheduler.models import Run, RunKind
 
-__all__ = ["MAX_RUN_ID", "own_run", "run_not_found"]
+__all__ = ["MAX_RUN_ID", "dry_run_slot", "own_run", "run_not_found"]
 
 MAX_RUN_ID = 2**63 - 1
 """Run ids are 64-bit: a larger number is no run (and no database error)."""
@@ -33,3 +35,12 @@ def own_run(session: Session, caller: Caller, run_id: int) -> Run:
     if run is None:
         raise run_not_found(run_id, caller.tenant)
     return run
+
+
+def dry_run_slot(kind: str, context: Any) -> str | None:
+    """The slot a dry run runs (a test run's stored context names it,
+    :mod:`nbcast.scheduler.trial`); None for any other run, or a test run of no slot."""
+    if kind != RunKind.test.value or not isinstance(context, dict):
+        return None
+    slot = context.get("slot_key")
+    return slot if isinstance(slot, str) and slot else None

@@ -53,7 +53,7 @@ from nbcast.definitions.models import DefinitionVersion
 from nbcast.definitions.spec import OverlapPolicy, ReportSpec, ScheduleSpec
 from nbcast.errors import ScheduleError
 from nbcast.scheduler.models import ACTIVE_STATES, Run, RunKind, RunState
-from nbcast.scheduler.period import resolve_run, slot_periods
+from nbcast.scheduler.period import manual_period, resolve_run, slot_periods
 from nbcast.scheduler.policies import ActiveRuns, Decision
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "active_runs",
     "due_slots",
     "initial_watermark",
+    "manual_rows",
     "next_fire",
     "slot_rows",
     "usable",
@@ -309,6 +310,52 @@ def slot_rows(
                 }
             )
         missed = missed + 1 if d.state is RunState.MISSED else 0
+    return rows
+
+
+def manual_rows(
+    definition_id: int,
+    plan: Plan,
+    values: dict[str, Any],
+    at: datetime,
+    now: datetime,
+    kind: RunKind = RunKind.manual,
+) -> list[dict[str, Any]]:
+    """The ``runs`` rows of a run asked for by a person — a manual run, or a test run
+    without a slot (``kind``): one per audience, no slot, not serial, due ``now``, with
+    the version's parameters overlaid by ``values`` (validated ``-p`` values) and then
+    the audience's own, bindings resolved for ``at``'s period
+    (:func:`~nbcast.scheduler.period.manual_period`); the context is a manual run's."""
+    period = manual_period(plan.intervals, plan.zone, at)
+    rows = []
+    for audience in plan.audiences:
+        context, resolved = resolve_run(
+            {**plan.spec.parameters, **values, **audience.parameters},
+            period,
+            kind=RunKind.manual.value,
+            slot_key=None,
+            fire_at=now,
+        )
+        rows.append(
+            {
+                "tenant_id": plan.tenant_id,
+                "definition_id": definition_id,
+                "version_id": plan.version_id,
+                "version": plan.version,
+                "kind": kind.value,
+                "slot_key": None,
+                "audience": audience.key,
+                "row_filter": audience.row_filter or None,
+                "fire_at": now,
+                "state": RunState.QUEUED.value,
+                "reason": None,
+                "parameters": resolved,
+                "context": context,
+                "serial": False,
+                "not_before": now,
+                "created_at": now,
+            }
+        )
     return rows
 
 

@@ -44,9 +44,8 @@ from nbcast.access import Caller
 from nbcast.clock import Clock
 from nbcast.db import Database
 from nbcast.definitions.compiler import Slot, SlotStatus
-from nbcast.definitions.models import DefinitionVersion, ReportDefinition
 from nbcast.definitions.parameters import schema_from_json, validate_parameters
-from nbcast.definitions.queries import definition_row
+from nbcast.definitions.queries import definition_row, version_row
 from nbcast.errors import (
     ConfigError,
     ParameterValueError,
@@ -55,9 +54,8 @@ from nbcast.errors import (
 )
 from nbcast.limits import WALL_TIME_MAX, WALL_TIME_MIN, clip
 from nbcast.scheduler.models import Run, RunKind, RunState
-from nbcast.scheduler.period import manual_period, resolve_run
 from nbcast.scheduler.policies import Decision
-from nbcast.scheduler.slots import Plan, PlanCache, slot_rows, usable
+from nbcast.scheduler.slots import Plan, PlanCache, manual_rows, slot_rows, usable
 from nbcast.tenancy import audit
 from nbcast.tenancy.members import EMAIL
 from nbcast.tenancy.models import User
@@ -122,7 +120,10 @@ def queue_test_run(
     with db.session() as session:
         require(session, caller, Role.author, "running a report", now)
         definition = definition_row(session, caller, name)
-        stored = _version(session, definition, version)
+        stored = version_row(session, definition, version)
+        if stored is None:
+            what = "no published version" if version is None else f"no version {version}"
+            raise UnknownDefinitionError(f"{definition.name!r} has {what}")
         plan = usable(
             PlanCache()
             .load(session, [(definition.id, stored.version)])
@@ -140,7 +141,13 @@ def queue_test_run(
             rows = dry_run_rows(definition.id, plan, found, now)
             slot_key: str | None = found.key
         else:
-            rows = _test_rows(definition.id, plan, stored, parameters, now)
+            given = validate_parameters(
+                schema_from_json(stored.parameter_schema), parameters, bindings=True
+            )
+            rows = [
+                {**row, "context": {**row["context"], "test": True} if row["context"] else None}
+                for row in manual_rows(definition.id, plan, given, now, now, RunKind.test)
+            ]
             slot_key = None
         runs = []
         for row in rows:
@@ -242,67 +249,6 @@ def _wall(key: str) -> datetime:
     if not WALL_TIME_MIN + _SLOT_SEARCH <= wall <= WALL_TIME_MAX - _SLOT_SEARCH:
         raise ScheduleError(f"slot {clip(key)} is out of range")
     return wall.replace(tzinfo=UTC)
-
-
-def _test_rows(
-    definition_id: int,
-    plan: Plan,
-    stored: DefinitionVersion,
-    parameters: dict[str, Any],
-    now: datetime,
-) -> list[dict[str, Any]]:
-    """The rows of a test run without a slot: what a manual run now would be."""
-    schema = schema_from_json(stored.parameter_schema)
-    given = validate_parameters(schema, parameters, bindings=True)
-    period = manual_period(plan.intervals, plan.zone, now)
-    rows = []
-    for audience in plan.audiences:
-        context, resolved = resolve_run(
-            {**plan.spec.parameters, **given, **audience.parameters},
-            period,
-            kind=RunKind.manual.value,
-            slot_key=None,
-            fire_at=now,
-        )
-        rows.append(
-            {
-                "tenant_id": plan.tenant_id,
-                "definition_id": definition_id,
-                "version_id": stored.id,
-                "version": stored.version,
-                "kind": RunKind.test.value,
-                "slot_key": None,
-                "audience": audience.key,
-                "row_filter": audience.row_filter or None,
-                "fire_at": now,
-                "state": RunState.QUEUED.value,
-                "reason": None,
-                "parameters": resolved,
-                "context": {**context, "test": True} if context else None,
-                "serial": False,
-                "not_before": now,
-                "created_at": now,
-            }
-        )
-    return rows
-
-
-def _version(
-    session: Session, definition: ReportDefinition, version: int | None
-) -> DefinitionVersion:
-    number = definition.latest_version if version is None else version
-    stored = None
-    if number is not None and 1 <= number <= 2**31 - 1:
-        stored = session.scalar(
-            sa.select(DefinitionVersion).where(
-                DefinitionVersion.definition_id == definition.id,
-                DefinitionVersion.version == number,
-            )
-        )
-    if stored is None:
-        what = "no published version" if version is None else f"no version {version}"
-        raise UnknownDefinitionError(f"{definition.name!r} has {what}")
-    return stored
 
 
 def _addresses(to: Sequence[str] | None) -> tuple[str, ...] | None:

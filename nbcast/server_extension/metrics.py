@@ -136,22 +136,26 @@ def _bounded(
     return sorted(merged.items())
 
 
-def _gauge(
-    name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]
-) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=list(labels))
+def _labelled(
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    doc: str,
+    labels: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+) -> Metric:
+    """A family of ``kind`` from rows of label values and a count, labels bounded."""
+    family = kind(name, doc, labels=list(labels))
     for values, value in _bounded((tuple(row[:-1]), float(row[-1])) for row in rows):
         family.add_metric(list(values), value)
     return family
 
 
-def _counter(
-    name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]
-) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=list(labels))
-    for values, value in _bounded((tuple(row[:-1]), float(row[-1])) for row in rows):
-        family.add_metric(list(values), value)
-    return family
+def _gauge(name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]) -> Metric:
+    return _labelled(GaugeMetricFamily, name, doc, labels, rows)
+
+
+def _counter(name: str, doc: str, labels: Sequence[str], rows: Iterable[Sequence[Any]]) -> Metric:
+    return _labelled(CounterMetricFamily, name, doc, labels, rows)
 
 
 def _scalar(name: str, doc: str, value: float) -> GaugeMetricFamily:

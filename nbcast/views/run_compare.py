@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from nbcast.access import Caller
 from nbcast.artifacts import ArtifactStore
+from nbcast.scheduler.runs import dry_run_slot
 from nbcast.views.output_diff import OutputDiff, compare_outputs
 from nbcast.views.run_files import NotebookUnavailable, run_notebook
 from nbcast.views.runs import RunDetail
@@ -41,9 +42,7 @@ class ComparedRun:
 
     @classmethod
     def of(cls, run: RunDetail) -> ComparedRun:
-        slot = run.slot_key
-        if slot is None and run.context and run.context.get("test"):
-            slot = run.context.get("slot_key")
+        slot = run.slot_key or dry_run_slot(run.kind, run.context)
         return cls(
             id=run.id,
             definition=run.definition,

@@ -12,23 +12,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from nbcast.output.tables import TABLE_MIME_TYPE, encode_table
+from nbcast.output import table_output
+from nbcast.output.tables import TABLE_MIME_TYPE
 from nbcast.views.output_diff import MAX_CHANGES, MAX_IMAGES, compare_outputs
 
 PNG_A = base64.b64encode(b"\x89PNG a").decode()
 PNG_B = base64.b64encode(b"\x89PNG b").decode()
-
-
-def table_output(frame: pd.DataFrame, name: str) -> dict[str, Any]:
-    return {
-        "output_type": "display_data",
-        "data": {
-            TABLE_MIME_TYPE: encode_table(frame, name),
-            "text/html": frame.to_html(),
-            "text/plain": frame.to_string(),
-        },
-        "metadata": {"nbcast": {"table": name}},
-    }
 
 
 def code(ident: str, outputs: list[dict[str, Any]], count: int = 1) -> dict[str, Any]:

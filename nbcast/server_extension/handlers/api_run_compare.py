@@ -10,6 +10,7 @@ missing from the store, is a 404 saying which; one over the size shown is a 422.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -21,11 +22,8 @@ from nbcast.server_extension.routes import API, Operation, Param, route
 
 __all__ = ["RunCompareHandler"]
 
-OTHER_RUN = Param(
-    "other_id",
-    "path",
-    {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
-    description="The run compared with it (the 'after' side)",
+OTHER_RUN = dataclasses.replace(
+    RUN_ID, name="other_id", description="The run compared with it (the 'after' side)"
 )
 COMPARISON = schema(
     "RunComparison",

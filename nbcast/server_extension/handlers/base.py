@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado.httputil import HTTPServerRequest
 
 from nbcast.access import Caller
 from nbcast.errors import ConfigError, NbcastError
@@ -47,7 +48,50 @@ class NbcastMixin:
 
     settings: dict[str, Any]
     current_user: Any
+    request: HTTPServerRequest
     auth_resource = "nbcast"
+
+    def query(self, name: str, *, max_length: int = 200) -> str | None:
+        """Query parameter ``name`` (None when absent), at most ``max_length`` chars."""
+        values = self.request.query_arguments.get(name)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise ApiError(400, f"{name} is given more than once", field=name)
+        try:
+            value = values[0].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, f"{name} is not UTF-8", field=name) from None
+        if len(value) > max_length:
+            raise ApiError(400, f"{name} is longer than {max_length} characters", field=name)
+        if not storable_text(value):
+            raise ApiError(400, f"{name} holds characters nbcast cannot store", field=name)
+        return value
+
+    def query_int(self, name: str, *, low: int, high: int) -> int | None:
+        """Integer query parameter ``name`` in ``[low, high]`` (None when absent): ASCII
+        digits only (:func:`whole_number`)."""
+        raw = self.query(name, max_length=24)
+        if raw is None:
+            return None
+        value = whole_number(raw)
+        if value is None:
+            raise ApiError(400, f"{name} must be a whole number in ASCII digits (0-9)", field=name)
+        if not low <= value <= high:
+            raise ApiError(400, f"{name} must be from {low:,} to {high:,}", field=name)
+        return value
+
+    def query_instant(self, name: str) -> datetime | None:
+        """ISO 8601 instant query parameter ``name`` (with an offset), None when absent."""
+        from nbcast.clock import parse_instant
+
+        raw = self.query(name, max_length=64)
+        if raw is None:
+            return None
+        try:
+            return parse_instant(raw)
+        except ConfigError as exc:
+            raise ApiError(400, f"{name}: {exc}", field=name) from None
 
     @property
     def state(self) -> ServerState:
@@ -132,48 +176,6 @@ class ApiHandler(NbcastMixin, ExtensionHandlerMixin, APIHandler):
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object", field="body")
         return body
-
-    def query(self, name: str, *, max_length: int = 200) -> str | None:
-        """Query parameter ``name`` (None when absent), at most ``max_length`` chars."""
-        values = self.request.query_arguments.get(name)
-        if not values:
-            return None
-        if len(values) > 1:
-            raise ApiError(400, f"{name} is given more than once", field=name)
-        try:
-            value = values[0].decode("utf-8")
-        except UnicodeDecodeError:
-            raise ApiError(400, f"{name} is not UTF-8", field=name) from None
-        if len(value) > max_length:
-            raise ApiError(400, f"{name} is longer than {max_length} characters", field=name)
-        if not storable_text(value):
-            raise ApiError(400, f"{name} holds characters nbcast cannot store", field=name)
-        return value
-
-    def query_int(self, name: str, *, low: int, high: int) -> int | None:
-        """Integer query parameter ``name`` in ``[low, high]`` (None when absent): ASCII
-        digits only (:func:`whole_number`)."""
-        raw = self.query(name, max_length=24)
-        if raw is None:
-            return None
-        value = whole_number(raw)
-        if value is None:
-            raise ApiError(400, f"{name} must be a whole number in ASCII digits (0-9)", field=name)
-        if not low <= value <= high:
-            raise ApiError(400, f"{name} must be from {low:,} to {high:,}", field=name)
-        return value
-
-    def query_instant(self, name: str) -> datetime | None:
-        """ISO 8601 instant query parameter ``name`` (with an offset), None when absent."""
-        from nbcast.clock import parse_instant
-
-        raw = self.query(name, max_length=64)
-        if raw is None:
-            return None
-        try:
-            return parse_instant(raw)
-        except ConfigError as exc:
-            raise ApiError(400, f"{name}: {exc}", field=name) from None
 
     def path_int(self, name: str, value: str) -> int:
         """A path segment that must be a positive id."""

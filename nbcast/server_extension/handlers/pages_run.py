@@ -19,8 +19,8 @@ from tornado import web
 
 from nbcast.delivery.models import DeliveryState, RenditionState
 from nbcast.scheduler.models import RunState
+from nbcast.scheduler.runs import MAX_RUN_ID
 from nbcast.server_extension.errors import ApiError, status_of
-from nbcast.server_extension.handlers.base import whole_number
 from nbcast.server_extension.handlers.page_handler import (
     ACTIVE_DELIVERY,
     ACTIVE_RUN,
@@ -213,8 +213,7 @@ class RunComparePage(PageHandler):
         """Redirect to the comparison of the two runs' reports."""
         self.caller  # noqa: B018 - a user without a tenant is refused before any work
         number = self.run_id(run_id)
-        raw = self.get_query_argument("with", "")[:24]
-        other = whole_number(raw) if raw else None
-        if other is None or not 1 <= other < 2**63:
-            raise ApiError(400, "with must be the number of the run to compare with", field="with")
+        other = self.query_int("with", low=1, high=MAX_RUN_ID)
+        if other is None:
+            raise ApiError(400, "with (the run to compare with) is required", field="with")
         self.redirect(self.api_url("runs", other, "diff", number) + "?format=html")
